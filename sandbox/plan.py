@@ -1,0 +1,144 @@
+"""What the worker is asked to run: plain, concrete (all sizes evaluated), picklable data.
+
+The agent turns a user's spec into these; the sandbox never sees expressions or TOML.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+DType = Literal[
+    "float32", "float16", "bfloat16", "float64",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+]  # fmt: skip
+Role = Literal["input", "output", "inout", "scalar"]
+
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
+    "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+    "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+}  # fmt: skip
+FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
+
+# KernelBench's tolerances: 1e-4 for fp32, 1e-2 for half types; integers must match exactly.
+DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
+    "float64": (1e-8, 1e-8),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """How an input's values are drawn. `value` is for scalars fixed by the spec."""
+
+    kind: Literal["normal", "uniform", "integers", "value"] = "normal"
+    mean: float = 0.0
+    std: float = 1.0
+    low: float = 0.0  # uniform: [low, high); integers: [low, high)
+    high: float = 1.0
+    value: float | int | None = None
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+    @staticmethod
+    def default(dtype: str, reduction_length: int | None = None) -> Tolerance:
+        atol, rtol = DEFAULT_TOLERANCE.get(dtype, (0.0, 0.0))
+        if reduction_length and reduction_length > 1 and dtype in FLOAT_DTYPES:
+            # Rounding error of a sum grows about with the square root of its length.
+            atol *= math.sqrt(reduction_length)
+        return Tolerance(atol, rtol)
+
+
+@dataclass(frozen=True)
+class ArgumentPlan:
+    """One kernel parameter, in signature order."""
+
+    name: str
+    role: Role
+    dtype: DType
+    shape: tuple[int, ...] = ()  # () for scalars
+    distribution: Distribution = field(default_factory=Distribution)
+    # Name of an input this output may share memory with (the kernel must then work in place).
+    may_alias: str | None = None
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.role != "scalar"
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One size point of a kernel's spec: the arguments with concrete shapes and what counts as right."""
+
+    label: str  # "n=16777216", shown to the user
+    sizes: dict[str, int]
+    arguments: tuple[ArgumentPlan, ...]
+    tolerances: dict[str, Tolerance]  # per output/inout argument name
+    # Output/inout name -> PyTorch expression over argument and size names. None: the original kernel is the oracle.
+    oracle: dict[str, str] | None = None
+    bytes_moved: int = 0  # compulsory DRAM traffic, for the roofline
+    flops: int = 0
+    flop_dtype: str = "float32"  # which measured FLOP ceiling applies
+
+    @property
+    def outputs(self) -> tuple[ArgumentPlan, ...]:
+        return tuple(a for a in self.arguments if a.role in ("output", "inout"))
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.block) * math.prod(self.grid)
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    registers: int | None = None
+    shared_bytes: int | None = None  # static shared memory
+    stack_bytes: int | None = None
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A loadable kernel: the cubin and the symbol to look up in it."""
+
+    name: str  # as the user wrote it, e.g. "reduce<float, 256>"
+    lowered_name: str  # the symbol in the cubin
+    cubin: bytes
+    backend: Literal["nvrtc", "nvcc"]
+    arch: str  # "sm_90"
+    flags: tuple[str, ...] = ()
+    resources: ResourceUsage = field(default_factory=ResourceUsage)
+    source_sha256: str = ""
+
+
+@dataclass(frozen=True)
+class KernelUnderTest:
+    """A compiled kernel with its launch configuration for each problem (same order as the problems)."""
+
+    compiled: CompiledKernel
+    launches: tuple[LaunchPlan, ...]
+    label: str = "candidate"

@@ -1,0 +1,73 @@
+"""Requests the caller sends to the GPU worker, and what each answers. Pickled over a pipe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuda_agent.sandbox.plan import KernelUnderTest, Problem
+from cuda_agent.sandbox.reports import (
+    CheckFailure,
+    Comparison,
+    DeviceInfo,
+    TimingReport,
+    VerificationReport,
+    WorkerError,
+)
+
+
+@dataclass(frozen=True)
+class DeviceInfoRequest:
+    """Answered with DeviceInfo. Ceilings are measured (about a second) unless cached ones are given."""
+
+    measure_ceilings: bool = True
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """Answered with VerificationReport.
+
+    `reference` is the original kernel, the oracle when the problems carry no PyTorch oracle.
+    """
+
+    candidate: KernelUnderTest
+    problems: tuple[Problem, ...]
+    reference: KernelUnderTest | None = None
+    input_sets: int = 5
+    base_seed: int | None = None  # None: fresh seeds from the OS; set only to replay a report
+
+
+@dataclass(frozen=True)
+class TimeRequest:
+    """Answered with TimingResult. Each kernel's launches hold one LaunchPlan, for `problem`.
+
+    With two kernels, runs are interleaved (baseline, candidate, baseline, ...) on the same fresh inputs
+    and a Comparison is made. Outputs of sampled timed runs are checked against `reference` (or the
+    problem's PyTorch oracle), so a kernel that changes behaviour after its first launches fails.
+    """
+
+    kernels: tuple[KernelUnderTest, ...]
+    problem: Problem
+    reference: KernelUnderTest | None = None
+    budget_s: float = 0.6
+    min_runs: int = 10
+    max_runs: int = 500
+    ceilings_bandwidth_gbs: float | None = None  # for the roofline fields and the plausibility floor
+    ceilings_tflops: float | None = None
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    reports: tuple[TimingReport, ...]
+    comparison: Comparison | None = None
+    failures: tuple[CheckFailure, ...] = ()  # timed-output mismatches and implausible times, per kernel label
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Sent by the worker after every synchronised launch, so the caller can tell slow from hung."""
+
+    note: str = ""
+
+
+Request = DeviceInfoRequest | VerifyRequest | TimeRequest
+Response = DeviceInfo | VerificationReport | TimingResult | WorkerError
