@@ -1,12 +1,21 @@
 """Kernel discovery: every `__global__` function and `<<<>>>` launch site in a CUDA file, via tree-sitter.
 
-INTERFACE ONLY (being implemented): the dataclasses below are fixed; `find_kernels` and `find_launch_sites`
-are to be written.
+Positions follow tree-sitter: lines and columns are 0-based and columns count UTF-8 bytes. The language
+server converts to UTF-16 code units with `utf16_column` (and back with `utf8_column`) at its edge.
+
+What tree-sitter cannot see, we do not guess: a kernel whose `__global__` comes from a macro
+(`#define KERNEL(n) __global__ void n(...)`) or a launch written inside a macro body is not found.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
+
+import tree_sitter_cuda
+from tree_sitter import Language, Node, Parser, Point, Tree
 
 
 @dataclass(frozen=True)
@@ -20,6 +29,11 @@ class Span:
     end_line: int
     end_column: int
 
+    def contains(self, line: int, column: int) -> bool:
+        """Whether the position (0-based line, UTF-8 byte column) lies in the range, both ends included,
+        so a cursor just after the closing brace still counts as inside."""
+        return (self.start_line, self.start_column) <= (line, column) <= (self.end_line, self.end_column)
+
 
 @dataclass(frozen=True)
 class Parameter:
@@ -30,13 +44,17 @@ class Parameter:
     is_restrict: bool
     text: str  # the parameter as written
     span: Span
+    # `*`s plus array dimensions: 1 for `float* x` and `float x[4]`, 2 for `float** x`. Array parameters
+    # decay to pointers in C++, so they count as pointers here too.
+    pointer_depth: int = 0
 
 
 @dataclass(frozen=True)
 class TemplateParameter:
     name: str
-    kind: str  # "type" (typename/class T) or "value" (int BLOCK)
+    kind: str  # "type" (typename/class T, also template-template parameters) or "value" (int BLOCK)
     text: str
+    default: str | None = None  # "128" for `int BLOCK = 128`
 
 
 @dataclass(frozen=True)
@@ -60,3 +78,441 @@ class Kernel:
     body_span: Span  # the compound statement { ... }
     name_span: Span
     has_errors: bool  # tree-sitter recovered from a syntax error inside it
+    # "float, 64" for an explicit specialisation `template <> __global__ void k<float, 64>(...)`.
+    template_arguments: str | None = None
+    # Enclosing namespaces and any `ns::` written before the name, outermost first: "ops::detail".
+    namespace: str = ""
+
+    @property
+    def qualified_name(self) -> str:
+        """The name as C++ looks it up from the global scope (what NVRTC name expressions need)."""
+        return f"{self.namespace}::{self.name}" if self.namespace else self.name
+
+
+# -- parsing -------------------------------------------------------------------------------------------
+
+
+@cache
+def cuda_language() -> Language:
+    return Language(tree_sitter_cuda.language())
+
+
+# A Parser holds mutable state and is not safe to share between threads (the language server parses on
+# its event loop and in worker threads), so there is one per thread; the Language is shared.
+_thread_state = threading.local()
+
+
+def _parser() -> Parser:
+    parser: Parser | None = getattr(_thread_state, "parser", None)
+    if parser is None:
+        parser = Parser(cuda_language())
+        _thread_state.parser = parser
+    return parser
+
+
+def parse_cuda(source: str | bytes, old_tree: Tree | None = None) -> Tree:
+    """Parse CUDA source. Pass `old_tree` (already `.edit()`ed to match `source`) to reparse incrementally."""
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    if old_tree is None:
+        return _parser().parse(data)
+    return _parser().parse(data, old_tree)
+
+
+def _tokens(root: Node, data: bytes, token: str) -> Iterator[Node]:
+    """The tree's tokens of one kind (`__global__`, `<<<`), in source order.
+
+    A tree walk visits every node (80,000 for a 5,000-line file; ~10 ms even as a C-side query). Instead
+    this finds the token's bytes and asks the tree what sits there: only a real token counts, not the
+    same letters in a comment, a string or a macro body, so the tree still decides what is code."""
+    needle = token.encode()
+    offset = data.find(needle)
+    while offset != -1:
+        node = root.descendant_for_byte_range(offset, offset + len(needle))
+        if node is not None and node.type == token and not node.is_named:
+            yield node
+        offset = data.find(needle, offset + len(needle))
+
+
+# -- positions -----------------------------------------------------------------------------------------
+
+
+def node_span(node: Node) -> Span:
+    """The span of a tree-sitter node."""
+    return _span(node, node)
+
+
+def _span(first: Node, last: Node) -> Span:
+    """From the start of `first` to the end of `last`."""
+    return _points_span(first.start_byte, first.start_point, last.end_byte, last.end_point)
+
+
+def _gap_span(before: Node, after: Node) -> Span:
+    """From the end of `before` to the start of `after`: the text between two tokens."""
+    return _points_span(before.end_byte, before.end_point, after.start_byte, after.start_point)
+
+
+def _points_span(start_byte: int, start: Point, end_byte: int, end: Point) -> Span:
+    return Span(start_byte, end_byte, start.row, start.column, end.row, end.column)
+
+
+def utf16_column(line_text: str, byte_column: int) -> int:
+    """The UTF-16 code-unit column (what LSP positions count) of a UTF-8 byte column in `line_text`.
+    A byte column inside a multi-byte character counts up to that character's start."""
+    prefix = line_text.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore")
+    return len(prefix.encode("utf-16-le")) // 2
+
+
+def utf8_column(line_text: str, utf16_col: int) -> int:
+    """The UTF-8 byte column of a UTF-16 code-unit column in `line_text` (the inverse of `utf16_column`).
+    A column past the end of the line is clamped to the line's end, as LSP asks."""
+    units = 0
+    for index, char in enumerate(line_text):
+        if units >= utf16_col:
+            return len(line_text[:index].encode("utf-8"))
+        units += 2 if ord(char) > 0xFFFF else 1
+    return len(line_text.encode("utf-8"))
+
+
+# -- kernels -------------------------------------------------------------------------------------------
+
+
+def find_kernels(source: str, tree: Tree | None = None) -> list[Kernel]:
+    """Every `__global__` function definition, in source order. Declarations without a body and explicit
+    instantiations (`template __global__ void k<float>(...);`) are not definitions and are skipped."""
+    data = source.encode("utf-8")
+    root = (tree or parse_cuda(data)).root_node
+    return [
+        _kernel(token.parent, data)
+        for token in _tokens(root, data, "__global__")
+        if token.parent is not None and token.parent.type == "function_definition"
+    ]
+
+
+def _kernel(definition: Node, data: bytes) -> Kernel:
+    outer = _outermost(definition)
+    declarator = _function_declarator(definition)
+    name_node, template_arguments, scope = _declared_name(declarator, data)
+    last = _last_intact_node(definition)
+    body = definition.child_by_field_name("body")
+    return Kernel(
+        name=_text(name_node, data) if name_node else "",
+        parameters=_parameters(declarator, data),
+        template_parameters=_template_parameters(definition, data),
+        extern_c=_is_extern_c(definition, data),
+        launch_bounds=_launch_bounds(definition, data),
+        span=_span(outer, last),
+        body_span=_span(body, last) if body else _empty_span_after(last),
+        name_span=node_span(name_node) if name_node else _empty_span_after(definition),
+        has_errors=outer.has_error,
+        template_arguments=template_arguments,
+        namespace="::".join([*_enclosing_namespaces(definition, data), *scope]),
+    )
+
+
+def _outermost(definition: Node) -> Node:
+    """The node that starts the definition as the user wrote it: `template <...>` above it, and
+    `extern "C"` when it qualifies this definition alone (not a whole `extern "C" { ... }` block)."""
+    node = definition
+    while (parent := node.parent) is not None:
+        if parent.type == "template_declaration" or (
+            parent.type == "linkage_specification" and parent.child_by_field_name("body") == node
+        ):
+            node = parent
+        else:
+            break
+    return node
+
+
+# Where tree-sitter's error recovery can leave a following definition inside a broken kernel's body.
+_DEFINITION_TYPES = frozenset({"function_definition", "template_declaration", "linkage_specification"})
+
+
+def _last_intact_node(definition: Node) -> Node:
+    """The definition's last node, cut before any definition that error recovery nested in its body.
+
+    With a missing `}`, tree-sitter keeps parsing the next kernels *inside* the broken one. Those are
+    reported on their own; the broken kernel's range stops before them so the two never overlap and a
+    rewrite of the broken kernel cannot delete its neighbours."""
+    body = definition.child_by_field_name("body")
+    if body is None or not definition.has_error:
+        return definition
+    previous: Node = body.children[0] if body.children else body
+    for child in body.children:
+        if child.type in _DEFINITION_TYPES:
+            return previous
+        previous = child
+    return definition
+
+
+def _empty_span_after(node: Node) -> Span:
+    return _points_span(node.end_byte, node.end_point, node.end_byte, node.end_point)
+
+
+def _function_declarator(definition: Node) -> Node | None:
+    """The `name(params)` part; `declarator` fields nest (e.g. through a pointer for `T* f()`)."""
+    node = definition.child_by_field_name("declarator")
+    while node is not None and node.type != "function_declarator":
+        node = node.child_by_field_name("declarator")
+    return node
+
+
+def _declared_name(declarator: Node | None, data: bytes) -> tuple[Node | None, str | None, list[str]]:
+    """The name identifier, the explicit specialisation's template arguments, and any `ns::` scopes."""
+    node = declarator.child_by_field_name("declarator") if declarator else None
+    scope: list[str] = []
+    while node is not None and node.type == "qualified_identifier":
+        scope_node = node.child_by_field_name("scope")
+        # `__global__ void LAUNCH_BOUNDS k()` (a macro) recovers as `LAUNCH_BOUNDS::k` with a missing `::`.
+        if scope_node is not None and not node.has_error:
+            scope.append(_text(scope_node, data))
+        node = node.child_by_field_name("name")
+    if node is not None and node.type == "template_function":
+        arguments = _inner_text(node.child_by_field_name("arguments"), data)
+        return node.child_by_field_name("name"), arguments, scope
+    return node, None, scope
+
+
+def _enclosing_namespaces(definition: Node, data: bytes) -> list[str]:
+    names: list[str] = []
+    node = definition.parent
+    while node is not None:
+        if node.type == "namespace_definition" and (name := node.child_by_field_name("name")) is not None:
+            names.append(_text(name, data))
+        node = node.parent
+    return names[::-1]
+
+
+def _is_extern_c(definition: Node, data: bytes) -> bool:
+    node = definition.parent
+    while node is not None:
+        if node.type == "linkage_specification":
+            value = node.child_by_field_name("value")
+            return value is not None and _inner_text(value, data) == "C"
+        node = node.parent
+    return False
+
+
+def _launch_bounds(definition: Node, data: bytes) -> str | None:
+    bounds = next((child for child in definition.children if child.type == "launch_bounds"), None)
+    if bounds is None:
+        return None
+    # Children: `__launch_bounds__` `(` arguments... `)`; the text between the parentheses, as written.
+    opening = next((child for child in bounds.children if child.type == "("), None)
+    closing = bounds.children[-1]
+    if opening is None or closing.type != ")":
+        return None
+    return data[opening.end_byte : closing.start_byte].decode("utf-8", errors="replace").strip()
+
+
+# -- parameters ----------------------------------------------------------------------------------------
+
+_PARAMETER_TYPES = frozenset(
+    {"parameter_declaration", "optional_parameter_declaration", "variadic_parameter_declaration"}
+)
+_POINTER_DECLARATORS = frozenset({"pointer_declarator", "abstract_pointer_declarator"})
+_ARRAY_DECLARATORS = frozenset({"array_declarator", "abstract_array_declarator"})
+_NAME_TYPES = frozenset({"identifier", "field_identifier"})
+_RESTRICT_WORDS = frozenset({"__restrict__", "__restrict", "restrict"})
+
+
+def _parameters(declarator: Node | None, data: bytes) -> tuple[Parameter, ...]:
+    parameter_list = declarator.child_by_field_name("parameters") if declarator else None
+    if parameter_list is None:
+        return ()
+    nodes = [child for child in parameter_list.named_children if child.type in _PARAMETER_TYPES]
+    # `k(void)` declares no parameters.
+    if len(nodes) == 1 and nodes[0].child_by_field_name("declarator") is None:
+        type_node = nodes[0].child_by_field_name("type")
+        if type_node is not None and _text(type_node, data) == "void":
+            return ()
+    return tuple(_parameter(node, data) for node in nodes)
+
+
+def _parameter(node: Node, data: bytes) -> Parameter:
+    type_node = node.child_by_field_name("type")
+    name_node, depth, restrict = _walk_declarator(node.child_by_field_name("declarator"), data)
+    # A `const` directly in the declaration qualifies the base type, i.e. the pointee for pointers
+    # (`const float* x`, `float const* x`); `float* const x` keeps its const inside the declarator.
+    is_const = any(
+        child.type == "type_qualifier" and _text(child, data) == "const" for child in node.children
+    )
+    return Parameter(
+        name=_text(name_node, data) if name_node else "",
+        type=_text(type_node, data) if type_node else "",
+        is_pointer=depth > 0,
+        is_const=is_const,
+        is_restrict=restrict,
+        text=_text(node, data),
+        span=node_span(node),
+        pointer_depth=depth,
+    )
+
+
+def _walk_declarator(declarator: Node | None, data: bytes) -> tuple[Node | None, int, bool]:
+    """Follow a parameter's declarator inwards to its name: (name node, pointer depth, restrict)."""
+    depth, restrict = 0, False
+    node = declarator
+    while node is not None:
+        if node.type in _NAME_TYPES:
+            return node, depth, restrict
+        if node.type in _POINTER_DECLARATORS:
+            depth += 1
+            restrict = restrict or _has_restrict(node, data)
+        elif node.type in _ARRAY_DECLARATORS:
+            depth += 1
+        node = node.child_by_field_name("declarator") or _inner_declarator(node)
+    return None, depth, restrict
+
+
+def _inner_declarator(node: Node) -> Node | None:
+    """Reference, parenthesised and variadic declarators hold their inner declarator without a field."""
+    return next(
+        (
+            child
+            for child in node.named_children
+            if child.type in _NAME_TYPES or child.type.endswith("declarator")
+        ),
+        None,
+    )
+
+
+def _has_restrict(pointer: Node, data: bytes) -> bool:
+    for child in pointer.children:
+        # `__restrict__` parses as a type_qualifier; MSVC-style `__restrict` as an ms_pointer_modifier.
+        if child.type == "type_qualifier" and _text(child, data) in _RESTRICT_WORDS:
+            return True
+        if child.type == "ms_pointer_modifier" and any(
+            grandchild.type == "ms_restrict_modifier" for grandchild in child.children
+        ):
+            return True
+    return False
+
+
+# -- template parameters -------------------------------------------------------------------------------
+
+_TYPE_TEMPLATE_PARAMETERS = frozenset(
+    {
+        "type_parameter_declaration",
+        "optional_type_parameter_declaration",
+        "variadic_type_parameter_declaration",
+        "template_template_parameter_declaration",
+    }
+)
+
+
+def _template_parameters(definition: Node, data: bytes) -> tuple[TemplateParameter, ...]:
+    template = definition.parent
+    if template is None or template.type != "template_declaration":
+        return ()
+    parameter_list = template.child_by_field_name("parameters")
+    if parameter_list is None:
+        return ()
+    return tuple(
+        _template_parameter(node, data)
+        for node in parameter_list.named_children
+        if node.type in _TYPE_TEMPLATE_PARAMETERS or node.type in _PARAMETER_TYPES
+    )
+
+
+def _template_parameter(node: Node, data: bytes) -> TemplateParameter:
+    default = node.child_by_field_name("default_type") or node.child_by_field_name("default_value")
+    return TemplateParameter(
+        name=_template_parameter_name(node, data),
+        kind="type" if node.type in _TYPE_TEMPLATE_PARAMETERS else "value",
+        text=_text(node, data),
+        default=_text(default, data) if default else None,
+    )
+
+
+def _template_parameter_name(node: Node, data: bytes) -> str:
+    if node.type in _PARAMETER_TYPES:
+        name_node, _, _ = _walk_declarator(node.child_by_field_name("declarator"), data)
+        return _text(name_node, data) if name_node else ""
+    if node.type == "template_template_parameter_declaration":
+        # `template <typename> class W`: the name sits in the trailing `class W`.
+        inner = next((c for c in reversed(node.named_children) if c.type in _TYPE_TEMPLATE_PARAMETERS), None)
+        return _template_parameter_name(inner, data) if inner else ""
+    name_node = node.child_by_field_name("name") or next(
+        (child for child in node.named_children if child.type == "type_identifier"), None
+    )
+    return _text(name_node, data) if name_node else ""
+
+
+# -- launch sites --------------------------------------------------------------------------------------
+
+
+def find_launch_sites(source: str, tree: Tree | None = None) -> list[LaunchSite]:
+    """Every `kernel<<<config>>>(arguments)` call, in source order."""
+    data = source.encode("utf-8")
+    root = (tree or parse_cuda(data)).root_node
+    return [
+        _launch_site(call, data)
+        for token in _tokens(root, data, "<<<")
+        if (call := _launch_call(token)) is not None
+    ]
+
+
+def _launch_call(opening: Node) -> Node | None:
+    """The call_expression a `<<<` token opens the configuration of, if it does."""
+    config = opening.parent
+    if config is None or config.type != "kernel_call_syntax":
+        return None
+    call = config.parent
+    return call if call is not None and call.type == "call_expression" else None
+
+
+def _launch_site(call: Node, data: bytes) -> LaunchSite:
+    function = call.child_by_field_name("function")
+    config = next(child for child in call.children if child.type == "kernel_call_syntax")
+    arguments = call.child_by_field_name("arguments")
+    kernel, template_arguments = _called_kernel(function, data) if function else ("", None)
+    return LaunchSite(
+        kernel=kernel,
+        template_arguments=template_arguments,
+        config=_expressions(config, data),
+        arguments=_expressions(arguments, data) if arguments else (),
+        span=node_span(call),
+        config_span=_between_delimiters(config),
+    )
+
+
+def _called_kernel(function: Node, data: bytes) -> tuple[str, str | None]:
+    """`ops::k<float, 256>` -> ("ops::k", "float, 256"): the template arguments sit in the innermost
+    template_function, which may be the `name` of a qualified identifier."""
+    node: Node | None = function
+    while node is not None and node.type == "qualified_identifier":
+        node = node.child_by_field_name("name")
+    arguments = node.child_by_field_name("arguments") if node and node.type == "template_function" else None
+    if arguments is None:
+        return _text(function, data), None
+    name = data[function.start_byte : arguments.start_byte].decode("utf-8").strip()
+    return name, _inner_text(arguments, data)
+
+
+def _expressions(delimited: Node, data: bytes) -> tuple[str, ...]:
+    """The comma-separated expressions of `<<<...>>>` or `(...)`, as written; comments dropped."""
+    return tuple(_text(child, data) for child in delimited.named_children if child.type != "comment")
+
+
+def _between_delimiters(delimited: Node) -> Span:
+    """The span between a node's first and last tokens (`<<<` and `>>>`). If error recovery lost the
+    closing token, the span runs to the node's end."""
+    opening, closing = delimited.children[0], delimited.children[-1]
+    if closing == opening or closing.is_named or closing.is_missing:
+        return _points_span(opening.end_byte, opening.end_point, delimited.end_byte, delimited.end_point)
+    return _gap_span(opening, closing)
+
+
+# -- text ----------------------------------------------------------------------------------------------
+
+
+def _text(node: Node, data: bytes) -> str:
+    return data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
+
+
+def _inner_text(delimited: Node | None, data: bytes) -> str | None:
+    """The text between a node's first and last child tokens: `"C"` -> `C`, `(256, 2)` -> `256, 2`."""
+    if delimited is None or delimited.child_count < 2:
+        return None
+    opening, closing = delimited.children[0], delimited.children[-1]
+    return data[opening.end_byte : closing.start_byte].decode("utf-8", errors="replace").strip()
