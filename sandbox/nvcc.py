@@ -1,0 +1,303 @@
+"""Compile with nvcc in a temporary folder: for files NVRTC cannot take (host headers, INFINITY, printf).
+
+Diagnostics come from EDG's SARIF output (`-Xcudafe --output_mode=sarif`, on stderr), which has
+columns; the host preprocessor (gcc) and ptxas still print plain text.
+
+nvcc has no name expressions, so the kernel's symbol is found through the cubin itself: a probe
+line appended to the source, `__device__ void* probe = (void*)(KERNEL);`, makes nvcc instantiate a
+template kernel and leaves an ELF relocation that names exactly the kernel's symbol (no demangling,
+no guessing among kernels). The probe costs 8 bytes of global memory in the cubin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cuda_agent.sandbox.plan import CompiledKernel
+from cuda_agent.sandbox.ptxas_info import parse_resource_usage, ptxas_diagnostics
+from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult, Severity
+
+NVCC_TIMEOUT_S = 300.0
+PROBE_FILE = "__cuda_agent_kernel_name__"  # a #line name, so errors in the probe are told apart
+PROBE_SYMBOL = "__cuda_agent_kernel_ref"
+
+# Host preprocessor: "/tmp/x/kernel.cu:1:10: fatal error: missing.cuh: No such file or directory"
+_GCC_LINE = re.compile(
+    r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<column>\d+): "
+    r"(?P<severity>fatal error|error|warning|note): (?P<message>.*)$"
+)
+_NVCC_LINE = re.compile(r"^nvcc (?P<severity>fatal|error|warning)\s*: (?P<message>.*)$")
+_SEVERITY: dict[str, Severity] = {
+    "fatal error": "error",
+    "fatal": "error",
+    "error": "error",
+    "warning": "warning",
+    "note": "note",
+    "remark": "note",
+}
+
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, else in CUDA_HOME / CUDA_PATH / /usr/local/cuda."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    for root in filter(None, roots):
+        candidate = os.path.join(root, "bin", "nvcc")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def with_probe(source: str, kernel: str) -> str:
+    """`source` and the probe line that names `kernel`'s symbol in the cubin (see the module docstring)."""
+    return f'{source}\n#line 1 "{PROBE_FILE}"\n__device__ void* {PROBE_SYMBOL} = (void*)({kernel});\n'
+
+
+def nvcc_command(
+    nvcc: str, source_path: str, cubin_path: str, arch: str, include_dirs: Sequence[str], flags: Sequence[str]
+) -> list[str]:
+    command = [nvcc, "-cubin", "-x", "cu", f"-arch={arch}"]  # -x cu: a .cuh or .cpp name is CUDA too
+    command += ["-Xptxas", "-v", "-Xcudafe", "--output_mode=sarif"]  # resources; diagnostics with columns
+    command += [f"-I{d}" for d in include_dirs]
+    return [*command, *flags, "-o", cubin_path, source_path]
+
+
+def compile_with_nvcc(
+    source: str,
+    kernel: str,
+    *,
+    filename: str,
+    arch: str,
+    include_dirs: Sequence[str],
+    flags: Sequence[str],
+    nvcc: str,
+) -> CompileResult:
+    """Compile with the given nvcc; bad CUDA (or a hung nvcc) gives ok=False with diagnostics."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cuda-agent-nvcc-") as folder:
+        # The user's file name, so messages and __FILE__ read as in their editor.
+        source_path = os.path.join(folder, os.path.basename(filename) or "kernel.cu")
+        cubin_path = os.path.join(folder, "kernel.cubin")
+        with open(source_path, "w", encoding="utf-8") as file:
+            file.write(with_probe(source, kernel))
+        command = nvcc_command(nvcc, source_path, cubin_path, arch, include_dirs, flags)
+        returncode, log = _run(command, folder)
+        diagnostics = parse_nvcc_log(log, source_path, filename, kernel)
+        cubin = b""
+        if returncode == 0 and os.path.isfile(cubin_path):
+            with open(cubin_path, "rb") as file:
+                cubin = file.read()
+    seconds = time.perf_counter() - start
+    lowered = relocation_target(cubin, PROBE_SYMBOL) if cubin else None
+    if lowered is None:
+        if not any(d.severity == "error" for d in diagnostics):
+            diagnostics.append(_unexplained_failure(returncode, cubin, kernel, log))
+        return CompileResult(False, None, tuple(diagnostics), "nvcc", seconds, log)
+    compiled_kernel = CompiledKernel(
+        name=kernel,
+        lowered_name=lowered,
+        cubin=cubin,
+        backend="nvcc",
+        arch=arch,
+        flags=tuple(flags),
+        resources=parse_resource_usage(log, lowered),
+    )
+    return CompileResult(True, compiled_kernel, tuple(diagnostics), "nvcc", seconds, log)
+
+
+def _run(command: list[str], folder: str) -> tuple[int | None, str]:
+    """nvcc's exit status (None: it did not finish) and everything it printed."""
+    try:
+        completed = subprocess.run(
+            command,
+            cwd=folder,
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=NVCC_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"nvcc did not finish within {NVCC_TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        return None, f"nvcc could not be started: {exc}"
+    return completed.returncode, completed.stderr + completed.stdout
+
+
+def _unexplained_failure(returncode: int | None, cubin: bytes, kernel: str, log: str) -> CompileDiagnostic:
+    if returncode is None:
+        return CompileDiagnostic("error", log)
+    if returncode != 0 or not cubin:
+        tail = "\n".join(log.strip().splitlines()[-5:])
+        return CompileDiagnostic("error", f"nvcc failed (exit status {returncode}): {tail}")
+    return CompileDiagnostic(
+        "error", f"{kernel!r} is not a __global__ kernel of this file (none in the cubin)"
+    )
+
+
+# --- diagnostics --------------------------------------------------------------------------------
+
+
+def parse_nvcc_log(log: str, source_path: str, filename: str, kernel: str) -> list[CompileDiagnostic]:
+    """Diagnostics from nvcc's output: EDG's SARIF results, then the plain-text lines of the other tools."""
+
+    folder = os.path.dirname(source_path)
+    user_file = os.path.realpath(source_path)
+
+    def place(
+        path: str, line: int | None, column: int | None, severity: Severity, message: str
+    ) -> CompileDiagnostic:
+        """On the user's file (by their name), on a header (by its path), or on the kernel name."""
+        if os.path.basename(path) == PROBE_FILE:
+            return CompileDiagnostic(severity, f"kernel name {kernel!r}: {message}")
+        if os.path.realpath(os.path.join(folder, path)) == user_file:
+            path = filename
+        return CompileDiagnostic(severity, message, line, column, path)
+
+    diagnostics = []
+    for result in sarif_results(log):
+        located = _sarif_location(result)
+        severity = _SEVERITY.get(result.get("level", "error"), "note")
+        message = result.get("message", {}).get("text", "")
+        if located is None:  # e.g. "The warnings can be suppressed with -diag-suppress": not about the code
+            if severity == "error":
+                diagnostics.append(CompileDiagnostic(severity, message))
+            continue
+        diagnostics.append(place(*located, severity, message))
+    for line in log.splitlines():
+        if match := _GCC_LINE.match(line):
+            severity = _SEVERITY[match["severity"]]
+            diagnostics.append(
+                place(match["file"], int(match["line"]), int(match["column"]), severity, match["message"])
+            )
+        elif match := _NVCC_LINE.match(line):
+            diagnostics.append(CompileDiagnostic(_SEVERITY[match["severity"]], f"nvcc: {match['message']}"))
+    return diagnostics + ptxas_diagnostics(log)
+
+
+def sarif_results(log: str) -> Iterator[dict[str, Any]]:
+    """Each SARIF result object in `log`, read one by one.
+
+    nvcc 13.0's SARIF is not always valid JSON (a comma goes missing between results after a
+    remark), so results are decoded where they start rather than the document as a whole.
+    """
+    decoder = json.JSONDecoder()
+    position = log.find('{"ruleId"')
+    while position != -1:
+        try:
+            result, end = decoder.raw_decode(log, position)
+        except json.JSONDecodeError:
+            end = position + 1
+        else:
+            if isinstance(result, dict):
+                yield result
+        position = log.find('{"ruleId"', end)
+
+
+def _sarif_location(result: dict[str, Any]) -> tuple[str, int | None, int | None] | None:
+    """(file path, line, column) of a SARIF result; columns count code points (its columnKind)."""
+    for location in result.get("locations", []):
+        physical = location.get("physicalLocation", {})
+        uri = physical.get("artifactLocation", {}).get("uri")
+        if uri:
+            region = physical.get("region", {})
+            path = urllib.parse.unquote(urllib.parse.urlparse(uri).path)
+            return path, region.get("startLine"), region.get("startColumn")
+    return None
+
+
+# --- the cubin's ELF symbol table ---------------------------------------------------------------
+
+_SHT_SYMTAB = 2
+_SHT_RELA = 4
+_SHT_REL = 9
+_STT_FUNC = 2
+_STO_CUDA_ENTRY = 0x10  # NVIDIA's st_other flag for a __global__ entry point
+
+
+@dataclass(frozen=True)
+class _Section:
+    kind: int
+    offset: int
+    size: int
+    link: int
+    info: int
+
+
+@dataclass(frozen=True)
+class _Symbol:
+    name: str
+    kind: int
+    other: int
+    section: int
+    value: int
+
+
+def _sections(elf: bytes) -> list[_Section]:
+    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:  # 64-bit little-endian, as cubins are
+        raise ValueError("not a 64-bit little-endian ELF file")
+    (table,) = struct.unpack_from("<Q", elf, 0x28)
+    entry_size, count = struct.unpack_from("<HH", elf, 0x3A)
+    sections = []
+    for index in range(count):
+        _name, kind, _flags, _address, offset, size, link, info = struct.unpack_from(
+            "<IIQQQQII", elf, table + index * entry_size
+        )
+        sections.append(_Section(kind, offset, size, link, info))
+    return sections
+
+
+def _symbols(elf: bytes, sections: list[_Section]) -> list[_Symbol]:
+    table = next((s for s in sections if s.kind == _SHT_SYMTAB), None)
+    if table is None:
+        return []
+    strings = sections[table.link].offset
+    symbols = []
+    for offset in range(table.offset, table.offset + table.size, 24):
+        name, info, other, section, value, _size = struct.unpack_from("<IBBHQQ", elf, offset)
+        text = elf[strings + name : elf.index(b"\0", strings + name)].decode(errors="replace")
+        symbols.append(_Symbol(text, info & 0xF, other, section, value))
+    return symbols
+
+
+def cubin_entry_names(cubin: bytes) -> set[str]:
+    """The __global__ kernels in a cubin, by symbol (what cuModuleGetFunction takes)."""
+    try:
+        symbols = _symbols(cubin, _sections(cubin))
+    except (ValueError, struct.error, IndexError):
+        return set()
+    return {s.name for s in symbols if s.kind == _STT_FUNC and s.other & _STO_CUDA_ENTRY}
+
+
+def relocation_target(cubin: bytes, symbol: str) -> str | None:
+    """The symbol that the data object `symbol` is relocated to point at, if any."""
+    try:
+        sections = _sections(cubin)
+        symbols = _symbols(cubin, sections)
+    except (ValueError, struct.error, IndexError):
+        return None
+    holder = next((s for s in symbols if s.name == symbol), None)
+    if holder is None:
+        return None
+    for section in sections:
+        if section.kind not in (_SHT_REL, _SHT_RELA) or section.info != holder.section:
+            continue
+        entry_size = 24 if section.kind == _SHT_RELA else 16
+        for offset in range(section.offset, section.offset + section.size, entry_size):
+            where, info = struct.unpack_from("<QQ", cubin, offset)
+            if where == holder.value and (info >> 32) < len(symbols):
+                return symbols[info >> 32].name
+    return None
