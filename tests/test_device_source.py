@@ -221,7 +221,7 @@ def nvrtc_compile(source: str) -> tuple[bool, str]:
     try:
         (result,) = nvrtc.nvrtcCompileProgram(program, 1, [b"--gpu-architecture=compute_90"])
         _, size = nvrtc.nvrtcGetProgramLogSize(program)
-        log = b" " * size
+        log = bytearray(size)  # never b" " * n: NVRTC would write into an interned bytes object
         nvrtc.nvrtcGetProgramLog(program, log)
         return result == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
     finally:

@@ -1,0 +1,42 @@
+"""Specs: how to run a kernel (sizes, arguments, launch, verification), written in the .cu file or inferred.
+
+See README.md in this folder for the format.
+"""
+
+from cuda_agent.agent.spec.dtypes import DTYPES, canonical_dtype, dtype_of_c_type
+from cuda_agent.agent.spec.expressions import Expression, ExpressionError, parse_expression, validate_oracle
+from cuda_agent.agent.spec.infer import infer_spec
+from cuda_agent.agent.spec.model import (
+    ArgumentSpec,
+    InitSpec,
+    KernelSpec,
+    LaunchSpec,
+    SpecError,
+    SpecResolveError,
+    ToleranceSpec,
+)
+from cuda_agent.agent.spec.parse import parse_specs
+from cuda_agent.agent.spec.render import render_spec
+from cuda_agent.agent.spec.resolve import complete_sizes, resolve
+
+__all__ = [
+    "DTYPES",
+    "ArgumentSpec",
+    "Expression",
+    "ExpressionError",
+    "InitSpec",
+    "KernelSpec",
+    "LaunchSpec",
+    "SpecError",
+    "SpecResolveError",
+    "ToleranceSpec",
+    "canonical_dtype",
+    "complete_sizes",
+    "dtype_of_c_type",
+    "infer_spec",
+    "parse_expression",
+    "parse_specs",
+    "render_spec",
+    "resolve",
+    "validate_oracle",
+]

@@ -1,0 +1,414 @@
+"""Infer a spec for the common kernel shapes, from the signature and a look at the body's syntax tree.
+
+Recognised (anything else is refused with a reason, so the user writes a spec):
+* 1-D element-wise `(const T* a, ..., T* out, int n)` with a global index (blockIdx.x and threadIdx.x);
+* 2-D `(..., int rows, int cols)` (also height/width, M/N, ny/nx, ...) whose body uses threadIdx.y or
+  blockIdx.y: a 2-D block over cols (x) and rows (y);
+* row-wise `(..., int rows, int cols)` with a 1-D index: one thread per row (the global index is compared
+  with rows), one block per row (blockIdx.x alone indexes rows), one thread per column, or a flattened
+  element-wise loop over rows * cols.
+
+Roles come from the body: a const pointer is an input; a pointer the body writes is an output, or inout
+when it also reads it (`y[i] += ...`, `y[i] = y[i] * 2`, atomics); a pointer only read is an input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from cuda_agent.agent.kernels import Kernel, Parameter, parse_cuda
+from cuda_agent.agent.spec.dtypes import dtype_of_c_type, is_float
+from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
+from tree_sitter import Node, Tree
+
+ELEMENTS_1D, VERIFY_1D = 16_777_216, 1_000_003
+ROWS_2D = COLS_2D = 4096
+VERIFY_ROWS, VERIFY_COLS = 1023, 1021
+# (rows, cols) spellings, matched exactly; rows is the y axis and the outer dimension.
+SIZE_PAIRS = (
+    ("rows", "cols"),
+    ("nrows", "ncols"),
+    ("n_rows", "n_cols"),
+    ("num_rows", "num_cols"),
+    ("rows", "columns"),
+    ("height", "width"),
+    ("h", "w"),
+    ("H", "W"),
+    ("M", "N"),
+    ("m", "n"),
+    ("ny", "nx"),
+    ("NY", "NX"),
+)
+# A float scalar (alpha, eps, scale) is drawn positive and away from 0: eps = -0.3 would put NaNs in both
+# kernels' outputs and prove nothing.
+FLOAT_SCALAR_INIT = InitSpec("uniform", low=0.5, high=2.0)
+_COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+
+
+@dataclass
+class _Use:
+    """What the body does with one pointer parameter (directly or through a local pointer derived from it)."""
+
+    read: bool = False
+    written: bool = False
+    single_element: bool = True  # only ever p[0], *p or atomicX(p, ...): an accumulator, shape [1]
+    mentions: set[str] = field(default_factory=set)  # identifiers in its index expressions
+
+
+def infer_spec(kernel: Kernel, source: str, tree: Tree | None = None) -> tuple[KernelSpec | None, str]:
+    """(spec, note) when the kernel has a recognised shape; (None, why not) otherwise."""
+    if kernel.has_errors:
+        return None, "the kernel has syntax errors"
+    instantiate, template_types = _instantiation(kernel)
+    if instantiate is None and kernel.template_parameters:
+        return None, "a template with a value parameter and no default: say which instantiation to run"
+    body = _body(kernel, tree or parse_cuda(source))
+    if body is None:
+        return None, "the kernel has no body"
+
+    classified = _classify(kernel.parameters, template_types)
+    if isinstance(classified, str):
+        return None, classified
+    pointers, int_scalars, float_scalars = classified
+
+    analysis = _BodyAnalysis(body, {parameter.name for parameter, _ in pointers})
+    if len(int_scalars) == 1:
+        layout = _layout_1d(int_scalars[0][0].name, analysis)
+    elif len(int_scalars) == 2:
+        layout = _layout_2d([parameter.name for parameter, _ in int_scalars], analysis)
+    else:
+        names = ", ".join(parameter.name for parameter, _ in int_scalars) or "none"
+        return None, f"expected one integer size (n) or two (rows, cols); found {len(int_scalars)} ({names})"
+    if isinstance(layout, str):
+        return None, layout
+
+    dtypes = {parameter.name: dtype for parameter, dtype in pointers + int_scalars + float_scalars}
+    arguments = [_argument(p, dtypes[p.name], analysis, layout) for p in kernel.parameters]
+    if not any(argument.role in ("output", "inout") for argument in arguments):
+        return None, "no pointer is written by the body, so there is no output to check"
+    accumulators = [a for a in arguments if a.role == "inout" and a.shape == ("1",)]
+    note = (
+        f"spec inferred from the {layout.pattern} pattern ({layout.summary}); check roles, shapes and sizes"
+    )
+    spec = KernelSpec(
+        kernel=kernel.name,
+        arguments=tuple(arguments),
+        launch=LaunchSpec(layout.block, layout.grid),
+        sizes=dict(layout.sizes),
+        size_expressions={name: str(value) for name, value in layout.sizes.items()},
+        instantiate=instantiate,
+        verify_sizes=(dict(layout.verify),),
+        # Single-element accumulators sum many values in a varying order: scale tolerances with the count.
+        reduction=" * ".join(layout.sizes) if accumulators else None,
+        inferred=True,
+        inference_note=note,
+    )
+    return spec, note
+
+
+_Typed = list[tuple[Parameter, str]]
+
+
+def _classify(
+    parameters: tuple[Parameter, ...], template_types: dict[str, str]
+) -> tuple[_Typed, _Typed, _Typed] | str:
+    """(pointers, integer scalars, float scalars) with their dtypes, or why a parameter does not fit."""
+    pointers: _Typed = []
+    int_scalars: _Typed = []
+    float_scalars: _Typed = []
+    for parameter in parameters:
+        c_type = template_types.get(parameter.type, parameter.type)
+        dtype = dtype_of_c_type(c_type)
+        if not parameter.name:
+            return f"parameter '{parameter.text}' has no name"
+        if parameter.pointer_depth > 1 or (parameter.is_pointer and dtype is None):
+            stars = "*" * parameter.pointer_depth
+            return f"'{parameter.text}': element type {c_type}{stars} is not a plain number"
+        if dtype is None:
+            return f"scalar parameter '{parameter.text}' of type {c_type} is not a number"
+        if parameter.is_pointer:
+            pointers.append((parameter, dtype))
+        else:
+            (float_scalars if is_float(dtype) else int_scalars).append((parameter, dtype))
+    if not pointers:
+        return "no pointer parameters, so nothing to read or write"
+    return pointers, int_scalars, float_scalars
+
+
+@dataclass(frozen=True)
+class _Layout:
+    pattern: str
+    summary: str
+    sizes: dict[str, int]
+    verify: dict[str, int]
+    block: tuple[int, ...]
+    grid: tuple[str, ...]
+    shape_of: dict[str, tuple[str, ...]]  # pointer name -> shape; missing: full shape
+    full_shape: tuple[str, ...]
+
+
+def _layout_1d(n: str, analysis: _BodyAnalysis) -> _Layout | str:
+    if analysis.uses_y:
+        return f"the body indexes in 2-D (threadIdx.y/blockIdx.y) but the signature has one size ({n})"
+    if not analysis.global_indices:
+        return "no element-wise index (blockIdx.x * blockDim.x + threadIdx.x) in the body"
+    return _Layout(
+        pattern="1-D element-wise",
+        summary=f"{n} = {ELEMENTS_1D}",
+        sizes={n: ELEMENTS_1D},
+        verify={n: VERIFY_1D},
+        block=(256,),
+        grid=(f"ceil_div({n}, block.x)",),
+        shape_of={},
+        full_shape=(n,),
+    )
+
+
+def _layout_2d(names: list[str], analysis: _BodyAnalysis) -> _Layout | str:
+    pair = next((p for p in SIZE_PAIRS if set(p) == set(names)), None)
+    if pair is None:
+        known = "rows/cols, height/width, M/N or ny/nx"
+        return f"two integer parameters ({', '.join(names)}) not named like {known}"
+    rows, cols = pair
+    sizes, verify, full = {rows: ROWS_2D, cols: COLS_2D}, {rows: VERIFY_ROWS, cols: VERIFY_COLS}, (rows, cols)
+    dims = f"{rows} × {cols} = {ROWS_2D} × {COLS_2D}"
+
+    def layout(
+        pattern: str,
+        grid: tuple[str, ...],
+        shape_of: Mapping[str, tuple[str, ...]],
+        block: tuple[int, ...] = (256,),
+    ) -> _Layout:
+        summary = f"{dims}, block {' × '.join(map(str, block))}"
+        return _Layout(pattern, summary, sizes, verify, block, grid, dict(shape_of), full)
+
+    if analysis.uses_y:
+        return layout("2-D", (f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)"), {}, block=(32, 8))
+    compared = analysis.compared_with_global_index
+    if {rows, cols} <= compared:
+        return layout("flattened element-wise", (f"ceil_div({rows} * {cols}, block.x)",), {})
+    by_row = {name: (rows,) for name, use in analysis.uses.items() if cols not in use.mentions}
+    if rows in compared:
+        return layout("one-thread-per-row", (f"ceil_div({rows}, block.x)",), by_row)
+    if cols in compared:
+        by_column = {name: (cols,) for name, use in analysis.uses.items() if rows not in use.mentions}
+        return layout("one-thread-per-column", (f"ceil_div({cols}, block.x)",), by_column)
+    if analysis.block_indices:
+        return layout("one-block-per-row", (rows,), by_row)
+    return f"could not tell how threads map to {rows} and {cols} (no index compared with either)"
+
+
+def _argument(parameter: Parameter, dtype: str, analysis: _BodyAnalysis, layout: _Layout) -> ArgumentSpec:
+    name = parameter.name
+    if not parameter.is_pointer:
+        if is_float(dtype):
+            return ArgumentSpec(name, "scalar", dtype, init=FLOAT_SCALAR_INIT)
+        return ArgumentSpec(name, "scalar", dtype, value=name)
+    use = analysis.uses[name]
+    # Written and read is inout (y[i] += ...); written only, output; never written, input.
+    role = "input" if parameter.is_const or not use.written else ("inout" if use.read else "output")
+    touched = use.read or use.written
+    shape = ("1",) if use.single_element and touched else layout.shape_of.get(name, layout.full_shape)
+    return ArgumentSpec(name, role, dtype, shape, InitSpec.default(dtype))  # type: ignore[arg-type]
+
+
+def _instantiation(kernel: Kernel) -> tuple[str | None, dict[str, str]]:
+    """For a template: 'k<float>' with float for type parameters and defaults for the rest.
+    An explicit specialisation is its own instantiation."""
+    if kernel.template_arguments is not None and not kernel.template_parameters:
+        return f"{kernel.qualified_name}<{kernel.template_arguments}>", {}
+    if not kernel.template_parameters:
+        return None, {}
+    arguments, types = [], {}
+    for parameter in kernel.template_parameters:
+        value = parameter.default or ("float" if parameter.kind == "type" else None)
+        if value is None:
+            return None, {}
+        arguments.append(value)
+        if parameter.kind == "type":
+            types[parameter.name] = value
+    return f"{kernel.qualified_name}<{', '.join(arguments)}>", types
+
+
+def _body(kernel: Kernel, tree: Tree) -> Node | None:
+    node = tree.root_node.descendant_for_byte_range(kernel.body_span.start_byte, kernel.body_span.end_byte)
+    while node is not None and node.type != "compound_statement":
+        node = node.parent
+    return node
+
+
+# --- the body -------------------------------------------------------------------------------------------
+
+
+def _walk(node: Node) -> Iterator[Node]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _text(node: Node | None) -> str:
+    return node.text.decode(errors="replace") if node is not None and node.text else ""
+
+
+def _identifiers(node: Node | None) -> set[str]:
+    return {_text(n) for n in _walk(node) if n.type == "identifier"} if node is not None else set()
+
+
+def _builtin_axis(node: Node) -> tuple[str, str] | None:
+    """('blockIdx', 'x') for `blockIdx.x`."""
+    if node.type != "field_expression":
+        return None
+    argument, name = node.child_by_field_name("argument"), node.child_by_field_name("field")
+    if argument is None or name is None or argument.type != "identifier":
+        return None
+    return _text(argument), _text(name)
+
+
+def _unparenthesize_up(node: Node) -> Node:
+    while node.parent is not None and node.parent.type == "parenthesized_expression":
+        node = node.parent
+    return node
+
+
+class _BodyAnalysis:
+    """Facts about a kernel body that the patterns need."""
+
+    def __init__(self, body: Node, pointers: set[str]) -> None:
+        axes = [axis for node in _walk(body) if (axis := _builtin_axis(node))]
+        self.uses_y = any(
+            builtin in ("threadIdx", "blockIdx") and axis in ("y", "z") for builtin, axis in axes
+        )
+        self.definitions = self._definitions(body)
+        self.global_indices = {name for name, value in self.definitions if self._is_global_index(value)}
+        self.block_indices = {
+            name
+            for name, value in self.definitions
+            if {"blockIdx"} <= self._roots(value) and "threadIdx" not in self._roots(value)
+        }
+        self.compared_with_global_index = self._compared(body)
+        self.aliases = self._aliases(body, pointers)
+        self.uses = {name: _Use() for name in pointers}
+        for node in _walk(body):
+            if node.type == "identifier" and (owner := self.aliases.get(_text(node))):
+                self._record(node, self.uses[owner])
+
+    @staticmethod
+    def _definitions(body: Node) -> list[tuple[str, Node]]:
+        """Every `name = value` in the body (declarations and assignments to plain names)."""
+        found = []
+        for node in _walk(body):
+            if node.type == "init_declarator":
+                declarator, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
+                name = (
+                    next((n for n in _walk(declarator) if n.type == "identifier"), None)
+                    if declarator
+                    else None
+                )
+                if name is not None and value is not None:
+                    found.append((_text(name), value))
+            elif node.type == "assignment_expression":
+                left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+                if left is not None and right is not None and left.type == "identifier":
+                    found.append((_text(left), right))
+        return found
+
+    def _roots(self, node: Node) -> set[str]:
+        """The identifiers `node` is computed from, through local definitions (tid = threadIdx.x)."""
+        return self._expanded(_identifiers(node))
+
+    def _is_global_index(self, node: Node) -> bool:
+        """blockIdx.x * blockDim.x + threadIdx.x, in any spelling: it depends on both indices."""
+        return {"blockIdx", "threadIdx"} <= self._roots(node)
+
+    def _expanded(self, names: set[str], depth: int = 4) -> set[str]:
+        """`names` plus, transitively, the identifiers of their definitions (offset = row * cols)."""
+        result = set(names)
+        for _ in range(depth):
+            more = {i for name, value in self.definitions if name in result for i in _identifiers(value)}
+            if more <= result:
+                break
+            result |= more
+        return result
+
+    def _compared(self, body: Node) -> set[str]:
+        """Identifiers compared with a global thread index (`if (row < rows)`, `i < rows * cols`)."""
+        compared: set[str] = set()
+        for node in _walk(body):
+            operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
+            if operator is None or _text(operator) not in _COMPARISONS:
+                continue
+            sides = [node.child_by_field_name("left"), node.child_by_field_name("right")]
+            for side, other in (sides, sides[::-1]):
+                if side is None or other is None:
+                    continue
+                if self._is_global_index(side) or _identifiers(side) & self.global_indices:
+                    compared |= self._expanded(_identifiers(other)) - self.global_indices
+        return compared
+
+    @staticmethod
+    def _aliases(body: Node, pointers: set[str]) -> dict[str, str]:
+        """Local pointers derived from parameters (`const float* row = x + r * cols`) -> the parameter."""
+        aliases = {name: name for name in pointers}
+        declarations = []
+        for node in _walk(body):
+            declarator = node.child_by_field_name("declarator") if node.type == "init_declarator" else None
+            value = node.child_by_field_name("value") if declarator is not None else None
+            if declarator is not None and declarator.type == "pointer_declarator" and value is not None:
+                identifier = next((n for n in _walk(declarator) if n.type == "identifier"), None)
+                if identifier is not None:
+                    declarations.append((_text(identifier), value))
+        for _ in range(2):  # an alias of an alias
+            for name, value in declarations:
+                owners = {aliases[i] for i in _identifiers(value) if i in aliases}
+                if len(owners) == 1 and name not in aliases:
+                    aliases[name] = owners.pop()
+        return aliases
+
+    def _record(self, identifier: Node, use: _Use) -> None:
+        """Classify one occurrence of a pointer: which element it reaches and whether it reads or writes."""
+        node = _unparenthesize_up(identifier)
+        parent = node.parent
+        if parent is None:
+            return
+        if parent.type == "init_declarator" and parent.child_by_field_name("value") == node:
+            return  # `float* acc = out;`: what the alias does is recorded where it is used
+        if parent.type == "subscript_expression" and parent.child_by_field_name("argument") == node:
+            indices = parent.child_by_field_name("indices")
+            index_text = _text(indices).strip("[] ")
+            use.mentions |= self._expanded(_identifiers(indices))
+            if index_text != "0":
+                use.single_element = False
+            self._classify(_unparenthesize_up(parent), use)
+            return
+        # Pointer arithmetic (`x + i`, `*(y + i)`) or the pointer itself (`*y`, `atomicAdd(y, v)`).
+        top = node
+        while top.parent is not None and top.parent.type in ("binary_expression", "parenthesized_expression"):
+            top = top.parent
+        if top is not node:
+            use.single_element = False
+            use.mentions |= self._expanded(_identifiers(top))
+        holder = top.parent
+        if holder is not None and holder.type == "pointer_expression" and _text(holder.child(0)) == "*":
+            self._classify(_unparenthesize_up(holder), use)
+        elif holder is not None and holder.type == "argument_list":
+            use.read = use.written = True  # atomicAdd(y, v), or a device function that may do anything
+        elif holder is not None and holder.type in ("binary_expression", "condition_clause"):
+            pass  # `if (y != nullptr)`: compares the pointer, touches no element
+
+    @staticmethod
+    def _classify(element: Node, use: _Use) -> None:
+        """An element access `p[i]` / `*p`: written by `=`, read and written by `+=`, `++`, `&` or atomics."""
+        parent = element.parent
+        if parent is None:
+            use.read = True
+        elif parent.type == "assignment_expression" and parent.child_by_field_name("left") == element:
+            use.written = True
+            operator = parent.child_by_field_name("operator")
+            use.read = use.read or _text(operator) != "="
+        elif parent.type == "update_expression" or (
+            parent.type == "pointer_expression" and _text(parent.child(0)) == "&"
+        ):
+            use.read = use.written = True
+        else:
+            use.read = True

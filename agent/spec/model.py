@@ -1,0 +1,125 @@
+"""The spec of a kernel: how to run it, as the user wrote it (expressions kept) or as inferred.
+
+`resolve` turns a KernelSpec into the sandbox's concrete Problem/LaunchPlan at one size point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from cuda_agent.agent.kernels import Span
+from cuda_agent.agent.spec.dtypes import is_float
+
+ROLES = ("input", "output", "inout", "scalar")
+DISTRIBUTIONS = ("normal", "uniform", "integers", "zeros", "ones")
+
+# A number as written, or an integer expression of the sizes ("cols", "rows * 2").
+ValueExpr = int | float | str
+# A key path into the spec's TOML: ("args", "x", "shape", 1).
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """How an input is drawn. low/high may be expressions of the sizes (e.g. integers in [0, cols)).
+
+    zeros/ones fill every element with 0/1 (an accumulator that the kernel adds into)."""
+
+    dist: Literal["normal", "uniform", "integers", "zeros", "ones"] = "normal"
+    mean: float = 0.0
+    std: float = 1.0
+    low: ValueExpr = 0
+    high: ValueExpr = 1
+
+    @staticmethod
+    def default(dtype: str, dist: str | None = None) -> InitSpec:
+        """normal(0, 1) for floats, integers in [0, 100) for integer dtypes; uniform is [0, 1)."""
+        dist = dist or ("normal" if is_float(dtype) else "integers")
+        return InitSpec("integers", low=0, high=100) if dist == "integers" else InitSpec(dist)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ArgumentSpec:
+    """One kernel parameter. Buffers have a shape and an init; scalars a value or an init."""
+
+    name: str
+    role: Literal["input", "output", "inout", "scalar"]
+    dtype: str  # canonical: float32, float16, ..., uint64
+    shape: tuple[str, ...] = ()  # expressions of the sizes; () for scalars
+    init: InitSpec | None = None
+    value: ValueExpr | None = None  # scalars with a fixed value
+    may_alias: str | None = None  # an output that may share memory with this input (in-place kernels)
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.role != "scalar"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    block: tuple[int, ...]  # 1 to 3 dims; the optimizer tunes it
+    grid: tuple[str, ...]  # expressions of the sizes and block.x/y/z, same rank as block
+    shared_bytes: str = "0"  # dynamic shared memory, an expression like grid's
+
+
+@dataclass(frozen=True)
+class ToleranceSpec:
+    """A tolerance as written; a missing part takes the dtype's default at resolve time."""
+
+    atol: float | None = None
+    rtol: float | None = None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    kernel: str
+    arguments: tuple[ArgumentSpec, ...]  # in signature order
+    launch: LaunchSpec
+    sizes: dict[str, int] = field(default_factory=dict)  # benchmark sizes, evaluated, in declaration order
+    size_expressions: dict[str, str] = field(default_factory=dict)  # as written, to re-derive at other sizes
+    instantiate: str | None = None  # "softmax<float, 256>" for templated kernels
+    verify_sizes: tuple[dict[str, int], ...] = ()  # as written: only the sizes that differ from the benchmark
+    oracle: dict[str, str] | None = None  # output name -> PyTorch expression
+    tolerance: ToleranceSpec | None = None  # for every output
+    output_tolerances: dict[str, ToleranceSpec] = field(default_factory=dict)  # overrides per output
+    reduction: str | None = None  # length of the reductions behind each output element (scales tolerances)
+    flops: str | None = None
+    bytes_moved: str | None = None  # `bytes` in the spec; default: inputs once + outputs once (inout twice)
+    inferred: bool = False
+    inference_note: str = ""
+    # Where it came from, for diagnostics and in-place edits; not part of what the spec means.
+    span: Span | None = field(default=None, compare=False)  # the whole /* cuda-agent ... */ comment
+    block_span: Span | None = field(default=None, compare=False)  # the `[32, 8]` value of launch.block
+    value_spans: dict[KeyPath, Span] = field(default_factory=dict, compare=False, repr=False)
+
+    def argument(self, name: str) -> ArgumentSpec | None:
+        return next((argument for argument in self.arguments if argument.name == name), None)
+
+    @property
+    def outputs(self) -> tuple[ArgumentSpec, ...]:
+        return tuple(argument for argument in self.arguments if argument.role in ("output", "inout"))
+
+
+@dataclass(frozen=True)
+class SpecError:
+    """A problem in a spec, located in the .cu file: 0-based lines, columns in UTF-8 bytes."""
+
+    message: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    kernel: str | None = None
+
+    def describe(self, path: str = "") -> str:
+        """'file.cu:12:5: message' with 1-based numbers, as compilers print it."""
+        return f"{path}{':' if path else ''}{self.line + 1}:{self.column + 1}: {self.message}"
+
+
+class SpecResolveError(Exception):
+    """A spec that parsed but cannot be evaluated at some sizes (zero size, division by zero, overflow)."""
+
+    def __init__(self, error: SpecError) -> None:
+        super().__init__(error.message)
+        self.error = error

@@ -1,0 +1,211 @@
+"""Evaluate a KernelSpec at one size point and block shape: the sandbox's concrete Problem and LaunchPlan."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from cuda_agent.agent.spec.dtypes import INTEGER_RANGE, is_float
+from cuda_agent.agent.spec.expressions import ExpressionError, parse_expression
+from cuda_agent.agent.spec.model import (
+    ArgumentSpec,
+    KernelSpec,
+    KeyPath,
+    SpecError,
+    SpecResolveError,
+    ToleranceSpec,
+    ValueExpr,
+)
+from cuda_agent.agent.spec.validate import MAX_BLOCK_DIMS, MAX_THREADS_PER_BLOCK
+from cuda_agent.sandbox.plan import (
+    ArgumentPlan,
+    Distribution,
+    LaunchPlan,
+    Problem,
+    Tolerance,
+)
+
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def _fail(spec: KernelSpec, path: KeyPath, message: str) -> SpecResolveError:
+    """An error at the value of `path` in the file (the whole comment, or nowhere for an inferred spec)."""
+    span = spec.value_spans.get(path) or spec.span
+    if span is None:
+        return SpecResolveError(SpecError(message, 0, 0, 0, 0, spec.kernel))
+    error = SpecError(
+        message, span.start_line, span.start_column, span.end_line, span.end_column, spec.kernel
+    )
+    return SpecResolveError(error)
+
+
+def _key(path: KeyPath) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
+
+
+def _evaluate(
+    spec: KernelSpec, path: KeyPath, value: ValueExpr, values: Mapping[str, int], minimum: int | None
+) -> int:
+    if isinstance(value, float):
+        raise _fail(spec, path, f"{_key(path)} must be an integer, not {value}")
+    try:
+        result = parse_expression(value, values.keys(), allow_block=True).evaluate(values)
+    except ExpressionError as error:
+        raise _fail(spec, path, f"{_key(path)} = {value!r}: {error.message}") from None
+    if minimum is not None and result < minimum:
+        raise _fail(spec, path, f"{_key(path)} = {value!r} is {result}; it must be ≥ {minimum}")
+    return result
+
+
+def complete_sizes(spec: KernelSpec, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Every size at a point: `overrides` where given, else the benchmark definition.
+
+    A size written as an expression ("total = rows * cols") is re-derived from the overridden sizes,
+    so extra verify sizes stay consistent; a size written as a number keeps its benchmark value.
+    """
+    overrides = dict(overrides or {})
+    unknown = sorted(overrides.keys() - spec.sizes.keys())
+    if unknown:
+        raise _fail(
+            spec, ("sizes",), f"unknown sizes {', '.join(unknown)} (sizes are: {', '.join(spec.sizes)})"
+        )
+    sizes: dict[str, int] = {}
+    for name, benchmark in spec.sizes.items():
+        if name in overrides:
+            sizes[name] = overrides[name]
+        else:
+            sizes[name] = _evaluate(
+                spec, ("sizes", name), spec.size_expressions.get(name, benchmark), sizes, None
+            )
+        if sizes[name] < 1:
+            raise _fail(spec, ("sizes", name), f"size {name} is {sizes[name]}; sizes must be ≥ 1")
+    return sizes
+
+
+def resolve(
+    spec: KernelSpec, sizes: Mapping[str, int] | None = None, block: tuple[int, ...] | None = None
+) -> tuple[Problem, LaunchPlan]:
+    """The concrete problem and launch at `sizes` (missing ones: the benchmark's) with `block`
+    (default: the spec's).
+
+    Raises SpecResolveError when an expression cannot be evaluated there (zero or negative sizes,
+    division by zero, a grid beyond CUDA's limits, a scalar out of its dtype's range).
+    """
+    point = complete_sizes(spec, sizes)
+    block = tuple(block or spec.launch.block)
+    _check_block(spec, block)
+    values = {
+        **point,
+        **{f"block.{axis}": (block[i] if i < len(block) else 1) for i, axis in enumerate("xyz")},
+    }
+    launch = _launch(spec, block, values)
+    arguments = tuple(_argument(spec, argument, point) for argument in spec.arguments)
+    by_name = {argument.name: argument for argument in arguments}
+    reduction = _evaluate(spec, ("verify", "reduction"), spec.reduction, point, 1) if spec.reduction else None
+    tolerances = {output.name: _tolerance(spec, by_name[output.name], reduction) for output in spec.outputs}
+    if spec.bytes_moved is not None:
+        bytes_moved = _evaluate(spec, ("roofline", "bytes"), spec.bytes_moved, point, 0)
+    else:  # compulsory traffic: every input read once, every output written once; inout both
+        bytes_moved = sum(a.nbytes * (2 if a.role == "inout" else 1) for a in arguments if a.is_buffer)
+    flops = _evaluate(spec, ("roofline", "flops"), spec.flops, point, 0) if spec.flops else 0
+    problem = Problem(
+        label=" ".join(f"{name}={value}" for name, value in point.items()) or spec.kernel,
+        sizes=point,
+        arguments=arguments,
+        tolerances=tolerances,
+        oracle=dict(spec.oracle) if spec.oracle else None,
+        bytes_moved=bytes_moved,
+        flops=flops,
+        flop_dtype=_flop_dtype(arguments),
+    )
+    return problem, launch
+
+
+def _check_block(spec: KernelSpec, block: tuple[int, ...]) -> None:
+    path = ("launch", "block")
+    if not 1 <= len(block) <= 3:
+        raise _fail(spec, path, f"a block has 1 to 3 dims, not {len(block)}")
+    for i, (dim, limit) in enumerate(zip(block, MAX_BLOCK_DIMS, strict=False)):
+        if not 1 <= dim <= limit:
+            raise _fail(spec, path, f"block.{'xyz'[i]} = {dim} is outside [1, {limit}]")
+    if math.prod(block) > MAX_THREADS_PER_BLOCK:
+        raise _fail(
+            spec, path, f"block {block} has {math.prod(block)} threads; at most {MAX_THREADS_PER_BLOCK}"
+        )
+
+
+def _launch(spec: KernelSpec, block: tuple[int, ...], values: Mapping[str, int]) -> LaunchPlan:
+    grid = [_evaluate(spec, ("launch", "grid", i), dim, values, 1) for i, dim in enumerate(spec.launch.grid)]
+    grid += [1] * (3 - len(grid))
+    for i, (dim, limit) in enumerate(zip(grid, MAX_GRID, strict=False)):
+        if dim > limit:
+            raise _fail(
+                spec, ("launch", "grid", i), f"grid.{'xyz'[i]} = {dim} is more than CUDA's limit {limit}"
+            )
+    shared = _evaluate(spec, ("launch", "shared_bytes"), spec.launch.shared_bytes, values, 0)
+    padded = (*block, *([1] * (3 - len(block))))
+    return LaunchPlan(
+        grid=(grid[0], grid[1], grid[2]), block=(padded[0], padded[1], padded[2]), shared_bytes=shared
+    )
+
+
+def _argument(spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, int]) -> ArgumentPlan:
+    path: KeyPath = ("args", argument.name)
+    shape = tuple(_evaluate(spec, (*path, "shape", i), dim, sizes, 1) for i, dim in enumerate(argument.shape))
+    distribution = _distribution(spec, argument, sizes)
+    return ArgumentPlan(argument.name, argument.role, argument.dtype, shape, distribution, argument.may_alias)  # type: ignore[arg-type]
+
+
+def _distribution(spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, int]) -> Distribution:
+    path: KeyPath = ("args", argument.name)
+    if argument.value is not None:
+        return Distribution(
+            kind="value", value=_number(spec, (*path, "value"), argument.value, argument.dtype, sizes)
+        )
+    init = argument.init
+    assert init is not None  # the parser gives every argument a value or an init
+    if init.dist in ("zeros", "ones"):  # a constant fill; the sandbox fills buffers with a "value" too
+        fill = 0 if init.dist == "zeros" else 1
+        return Distribution(kind="value", value=float(fill) if is_float(argument.dtype) else fill)
+    low = _number(spec, (*path, "init", "low"), init.low, argument.dtype, sizes, inclusive=True)
+    high = _number(spec, (*path, "init", "high"), init.high, argument.dtype, sizes, inclusive=False)
+    if init.dist != "normal" and low >= high:
+        raise _fail(spec, (*path, "init"), f"the init range of {argument.name} is empty: [{low}, {high})")
+    return Distribution(init.dist, init.mean, init.std, float(low), float(high))  # type: ignore[arg-type]
+
+
+def _number(
+    spec: KernelSpec,
+    path: KeyPath,
+    value: ValueExpr,
+    dtype: str,
+    sizes: Mapping[str, int],
+    inclusive: bool = True,
+) -> int | float:
+    """A scalar value or a bound at these sizes: float for float dtypes, range-checked for integers."""
+    number: int | float = value if isinstance(value, float) else _evaluate(spec, path, value, sizes, None)
+    if is_float(dtype):
+        return float(number)
+    low, high = INTEGER_RANGE[dtype]
+    if not low <= (number if inclusive else number - 1) <= high:
+        raise _fail(spec, path, f"{_key(path)} is {number}, outside {dtype}'s range [{low}, {high}]")
+    return number
+
+
+def _tolerance(spec: KernelSpec, output: ArgumentPlan, reduction: int | None) -> Tolerance:
+    """Per-output override, else the global one, else the dtype default; missing parts from the default."""
+    default = Tolerance.default(output.dtype, reduction)
+    written = spec.output_tolerances.get(output.name) or spec.tolerance or ToleranceSpec()
+    return Tolerance(
+        default.atol if written.atol is None else written.atol,
+        default.rtol if written.rtol is None else written.rtol,
+    )
+
+
+def _flop_dtype(arguments: tuple[ArgumentPlan, ...]) -> str:
+    """The float dtype of the first output (else of the first float argument): which FLOP ceiling applies."""
+    outputs = [a for a in arguments if a.role in ("output", "inout")]
+    for argument in (*outputs, *arguments):
+        if is_float(argument.dtype):
+            return argument.dtype
+    return "float32"

@@ -1,0 +1,97 @@
+"""The CUDA side of specs: find `/* cuda-agent ... */` comments with tree-sitter and map TOML positions
+back to the .cu file (0-based lines, UTF-8 byte columns, as tree-sitter and `Span` count them)."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from functools import lru_cache
+
+import tree_sitter
+from cuda_agent.agent.kernels import Span, cuda_language, parse_cuda
+
+MARKER = "cuda-agent"
+
+
+@lru_cache(maxsize=1)
+def _comment_query() -> tree_sitter.Query:
+    return tree_sitter.Query(cuda_language(), "(comment) @comment")
+
+
+class LineIndex:
+    """Converts between byte offsets and (line, byte column) in one text."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.starts = [0] + [index + 1 for index, byte in enumerate(data) if byte == 0x0A]
+
+    def offset(self, line: int, column: int) -> int:
+        return self.starts[min(line, len(self.starts) - 1)] + column
+
+    def point(self, offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.starts, offset) - 1
+        return line, offset - self.starts[line]
+
+    def span(self, start: tuple[int, int], end: tuple[int, int]) -> Span:
+        return Span(self.offset(*start), self.offset(*end), start[0], start[1], end[0], end[1])
+
+
+@dataclass(frozen=True)
+class SpecComment:
+    """The TOML inside one spec comment and where each of its lines starts in the .cu file."""
+
+    toml: str
+    origins: tuple[tuple[int, int], ...]  # per TOML line: (file line, file byte column) of its first byte
+    span: Span  # the whole comment
+    marker: Span  # "/* cuda-agent", where errors about the comment as a whole are shown
+
+    def to_file(self, row: int, column: int) -> tuple[int, int]:
+        """File position of a TOML (0-based row, byte column) position."""
+        row = max(0, min(row, len(self.origins) - 1))
+        line, start = self.origins[row]
+        return line, start + column
+
+
+def find_spec_comments(source: str | bytes, tree: tree_sitter.Tree | None = None) -> list[SpecComment]:
+    """Every block comment that starts with `/* cuda-agent`, in file order. `tree`: the file's parse."""
+    data = source.encode() if isinstance(source, str) else source
+    tree = tree or parse_cuda(data)
+    nodes = tree_sitter.QueryCursor(_comment_query()).captures(tree.root_node).get("comment", [])
+    index = LineIndex(data)
+    comments = [_spec_comment(node, index) for node in sorted(nodes, key=lambda node: node.start_byte)]
+    return [comment for comment in comments if comment is not None]
+
+
+def _spec_comment(node: tree_sitter.Node, index: LineIndex) -> SpecComment | None:
+    # Text, not bytes: columns are still counted in UTF-8 bytes below, via .encode().
+    text = index.data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
+    if not text.startswith("/*"):
+        return None
+    after_open = text[2:].lstrip(" \t*")  # `/* cuda-agent`, `/*cuda-agent`, `/** cuda-agent`
+    if not after_open.startswith(MARKER):
+        return None
+    rest = after_open[len(MARKER) :]
+    if rest and rest[0] not in " \t\r\n":
+        return None  # `/* cuda-agentish` is someone else's comment
+    body_start = node.start_byte + len(text[: len(text) - len(rest)].encode())
+    body = rest[:-2] if rest.endswith("*/") else rest
+
+    lines, origins = [], []
+    line, column = index.point(body_start)
+    for number, raw in enumerate(body.split("\n")):
+        if number > 0:
+            line, column = line + 1, 0
+            # Javadoc-style decoration (` * rows = 4`): no TOML line starts with `*`, so dropping it is safe.
+            stripped = raw.lstrip(" \t")
+            if stripped.startswith("*"):
+                cut = len(raw) - len(stripped) + 1 + (1 if stripped[1:2] == " " else 0)
+                raw, column = raw[cut:], len(raw[:cut].encode())
+        lines.append(raw)
+        origins.append((line, column))
+    marker_end = index.point(body_start)
+    return SpecComment(
+        toml="\n".join(lines),
+        origins=tuple(origins),
+        span=index.span(node.start_point, node.end_point),
+        marker=index.span(node.start_point, marker_end),
+    )

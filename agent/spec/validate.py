@@ -1,0 +1,388 @@
+"""Turn the TOML of one spec (already decoded by tomllib) into a KernelSpec, or say everything wrong with it:
+the top-level keys, [sizes], [launch], [verify] and [roofline] here, [args] in `arguments.py`."""
+
+from __future__ import annotations
+
+import keyword
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from cuda_agent.agent.kernels import Kernel
+from cuda_agent.agent.spec.arguments import ArgumentChecker
+from cuda_agent.agent.spec.checks import Issue, is_int, is_number
+from cuda_agent.agent.spec.expressions import (
+    ORACLE_MODULES,
+    ExpressionError,
+    describe,
+    parse_expression,
+    suggest,
+    validate_oracle,
+)
+from cuda_agent.agent.spec.model import (
+    ArgumentSpec,
+    KernelSpec,
+    KeyPath,
+    LaunchSpec,
+    ToleranceSpec,
+)
+
+TOP_LEVEL_KEYS = ("kernel", "instantiate", "sizes", "args", "launch", "verify", "roofline")
+LAUNCH_KEYS = ("block", "grid", "shared_bytes")
+VERIFY_KEYS = ("sizes", "oracle", "tolerance", "reduction")
+ROOFLINE_KEYS = ("flops", "bytes")
+RESERVED_SIZE_NAMES = frozenset({"block", "ceil_div", "cdiv", "min", "max", *ORACLE_MODULES})
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+
+
+def split_template_arguments(text: str) -> list[str]:
+    """'float, Pair<int, 2>, (4 > 2)' -> ['float', 'Pair<int, 2>', '(4 > 2)']: commas at nesting depth 0."""
+    parts, depth, current = [], 0, ""
+    for character in text:
+        if character in "<([{":
+            depth += 1
+        elif character in ">)]}":
+            depth -= 1
+        if character == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += character
+    if current.strip():
+        parts.append(current.strip())
+    return parts
+
+
+class SpecBuilder(ArgumentChecker):
+    """Validates one spec's decoded TOML against its kernel and builds the KernelSpec."""
+
+    def build(self) -> KernelSpec | None:
+        self.unknown_keys(self.data, (), TOP_LEVEL_KEYS, "the spec")
+        instantiate = self.instantiate()
+        size_expressions = self.parse_sizes()
+        arguments = self.arguments()
+        launch = self.launch()
+        verify = self.table(("verify",), required=False, example="[verify] sizes = [{ n = 1000003 }]") or {}
+        self.unknown_keys(verify, ("verify",), VERIFY_KEYS, "[verify]")
+        outputs = self.output_names(arguments)
+        verify_sizes = self.verify_sizes(verify.get("sizes"))
+        oracle = self.oracle(verify.get("oracle"), outputs)
+        tolerance, output_tolerances = self.tolerances(verify.get("tolerance"), outputs)
+        reduction = None
+        if "reduction" in verify:
+            reduction = self.integer(
+                ("verify", "reduction"), verify["reduction"], minimum=1, what="reduction"
+            )
+        flops, bytes_moved = self.roofline()
+        if self.issues or launch is None or arguments is None:
+            return None
+        return KernelSpec(
+            kernel=self.kernel.name,
+            arguments=arguments,
+            launch=launch,
+            sizes=dict(self.sizes),
+            size_expressions=size_expressions,
+            instantiate=instantiate,
+            verify_sizes=verify_sizes,
+            oracle=oracle,
+            tolerance=tolerance,
+            output_tolerances=output_tolerances,
+            reduction=reduction,
+            flops=flops,
+            bytes_moved=bytes_moved,
+        )
+
+    def output_names(self, arguments: tuple[ArgumentSpec, ...] | None) -> list[str]:
+        """Outputs and inouts; from the signature (non-const pointers) when [args] has errors."""
+        if arguments is None:
+            return [p.name for p in self.kernel.parameters if p.is_pointer and not p.is_const]
+        return [argument.name for argument in arguments if argument.role in ("output", "inout")]
+
+    def instantiate(self) -> str | None:
+        kernel, value = self.kernel, self.data.get("instantiate")
+        if kernel.template_arguments is not None and not kernel.template_parameters:
+            # An explicit specialisation (`template <> ... k<float, 64>(...)`) is its own instantiation.
+            return (
+                value if isinstance(value, str) else f"{kernel.qualified_name}<{kernel.template_arguments}>"
+            )
+        parameters = kernel.template_parameters
+        if value is None:
+            if parameters:
+                written = ", ".join(parameter.text for parameter in parameters)
+                example = ", ".join("float" if p.kind == "type" else "256" for p in parameters)
+                self.issue(
+                    ("kernel",),
+                    f"'{kernel.name}' is a template (template <{written}>): "
+                    f'add instantiate = "{kernel.qualified_name}<{example}>" to say which one to run',
+                )
+            return None
+        if not parameters:
+            self.issue(("instantiate",), f"'{kernel.name}' is not a template: remove instantiate")
+            return None
+        if not isinstance(value, str):
+            self.issue(("instantiate",), f'instantiate is a string like "{kernel.name}<float, 256>"')
+            return None
+        name, _, rest = value.partition("<")
+        if name.strip() not in (kernel.name, kernel.qualified_name) or not rest.rstrip().endswith(">"):
+            self.issue(
+                ("instantiate",),
+                f'write the kernel with its template arguments: "{kernel.qualified_name}<...>"',
+            )
+            return None
+        arguments = split_template_arguments(rest.rstrip()[:-1])
+        required = [p for p in parameters if p.default is None]
+        if not len(required) <= len(arguments) <= len(parameters):
+            self.issue(
+                ("instantiate",),
+                f"{kernel.name} has {len(parameters)} template parameters "
+                f"({', '.join(p.name for p in parameters)}), {len(arguments)} given",
+            )
+            return None
+        for parameter, argument in zip(parameters, arguments, strict=False):  # defaults fill the rest
+            if parameter.kind == "type":
+                self.template_types[parameter.name] = argument
+        for parameter in parameters[len(arguments) :]:
+            if parameter.kind == "type" and parameter.default:
+                self.template_types[parameter.name] = parameter.default
+        return value
+
+    def parse_sizes(self) -> dict[str, str]:
+        table = self.table(("sizes",), required=False, example="[sizes] n = 1048576") or {}
+        self.size_names = [name for name in table if isinstance(name, str)]
+        expressions: dict[str, str] = {}
+        for position, (name, value) in enumerate(table.items()):
+            path = ("sizes", name)
+            if not name.isidentifier() or keyword.iskeyword(name):
+                self.issue(path, f"size name '{name}' must be an identifier (letters, digits, _)", key=True)
+                continue
+            if name in RESERVED_SIZE_NAMES:
+                self.issue(path, f"'{name}' is reserved in expressions; name the size differently", key=True)
+                continue
+            if isinstance(value, float):
+                self.issue(path, f"sizes are integers; {value} is a float")
+                continue
+            try:
+                others = [other for other in self.size_names if other != name]
+                expression = parse_expression(value, others)
+            except ExpressionError as error:
+                if isinstance(value, str):
+                    self.expression_issue(path, error)
+                else:
+                    self.issue(path, f"a size is an integer or an expression string, not {describe(value)}")
+                continue
+            later = sorted(expression.names - set(self.size_names[:position]))
+            if later:
+                self.issue(
+                    path,
+                    f"size '{name}' uses {', '.join(later)}, defined after it: "
+                    "a size may only use the sizes above it",
+                )
+                continue
+            if not expression.names <= self.sizes.keys():
+                continue  # it uses a size that is itself wrong; that one is reported
+            try:
+                result = expression.evaluate(self.sizes)
+            except ExpressionError as error:
+                self.expression_issue(path, error, value)
+                continue
+            if result < 1:
+                self.issue(path, f"size '{name}' is {result}; sizes must be ≥ 1")
+                continue
+            self.sizes[name] = result
+            expressions[name] = expression.text
+        return expressions
+
+    # --- launch, verify, roofline ----------------------------------------------------------------------
+
+    def launch(self) -> LaunchSpec | None:
+        example = '[launch] block = [256], grid = ["ceil_div(n, block.x)"]'
+        table = self.table(("launch",), required=True, example=example)
+        if table is None:
+            return None
+        self.unknown_keys(table, ("launch",), LAUNCH_KEYS, "[launch]")
+        block = self.block(table.get("block"))
+        grid_value = table.get("grid")
+        grid: list[str | None] = []
+        if grid_value is None:
+            self.issue(
+                ("launch",),
+                'missing grid: add grid = ["ceil_div(n, block.x)"] (one expression per block dim)',
+            )
+        elif not isinstance(grid_value, list) or not grid_value:
+            self.issue(
+                ("launch", "grid"),
+                f'grid is a list like ["ceil_div(n, block.x)"]; got {describe(grid_value)}',
+            )
+        else:
+            if block and len(grid_value) != len(block):
+                self.issue(
+                    ("launch", "grid"),
+                    f"grid has {len(grid_value)} dims but block has {len(block)}: "
+                    "give one grid expression per block dim",
+                )
+            grid = [
+                self.integer(
+                    ("launch", "grid", i),
+                    dim,
+                    minimum=1,
+                    allow_block=True,
+                    block=block or (),
+                    what=f"grid dim {i}",
+                )
+                for i, dim in enumerate(grid_value)
+            ]
+        shared = self.integer(
+            ("launch", "shared_bytes"),
+            table.get("shared_bytes", 0),
+            minimum=0,
+            allow_block=True,
+            block=block or (),
+            what="shared_bytes",
+        )
+        if block is None or not grid or None in grid or shared is None:
+            return None
+        return LaunchSpec(block, tuple(dim for dim in grid if dim is not None), shared)
+
+    def block(self, value: Any) -> tuple[int, ...] | None:
+        path = ("launch", "block")
+        if value is None:
+            self.issue(("launch",), "missing block: add block = [256] (1 to 3 ints; the optimizer tunes it)")
+            return None
+        if not isinstance(value, list) or not 1 <= len(value) <= 3 or not all(is_int(dim) for dim in value):
+            self.issue(
+                path, f"block is a list of 1 to 3 integers, e.g. [256] or [32, 8]; got {describe(value)}"
+            )
+            return None
+        block = tuple(value)
+        for i, (dim, limit) in enumerate(zip(block, MAX_BLOCK_DIMS, strict=False)):
+            if not 1 <= dim <= limit:
+                self.issue((*path, i), f"block.{'xyz'[i]} must be between 1 and {limit}, not {dim}")
+        threads = math.prod(block)
+        if threads > MAX_THREADS_PER_BLOCK:
+            self.issue(
+                path,
+                f"a block of {' × '.join(map(str, block))} = {threads} threads is more than "
+                f"CUDA's {MAX_THREADS_PER_BLOCK} per block",
+            )
+        bound = (self.kernel.launch_bounds or "").split(",")[0].strip()
+        if bound.isdigit() and threads > int(bound):
+            self.issue(
+                path, f"{threads} threads per block is more than the kernel's __launch_bounds__({bound})"
+            )
+        return block
+
+    def verify_sizes(self, value: Any) -> tuple[dict[str, int], ...]:
+        path: KeyPath = ("verify", "sizes")
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            self.issue(
+                path, f"verify.sizes is a list of tables, e.g. [{{ n = 1000003 }}]; got {describe(value)}"
+            )
+            return ()
+        result = []
+        for i, entry in enumerate(value):
+            if not isinstance(entry, dict):
+                self.issue(
+                    (*path, i), f"each verify size is a table like {{ n = 1000003 }}; got {describe(entry)}"
+                )
+                continue
+            for name, size in entry.items():
+                if name not in self.size_names:
+                    known = ", ".join(self.size_names) or "none"
+                    self.issue(
+                        (*path, i, name),
+                        f"unknown size '{name}' (sizes are: {known}){suggest(name, self.size_names)}",
+                        key=True,
+                    )
+                elif not is_int(size) or size < 1:
+                    self.issue((*path, i, name), f"verify sizes are integers ≥ 1, not {describe(size)}")
+            result.append(
+                {name: size for name, size in entry.items() if name in self.size_names and is_int(size)}
+            )
+        return tuple(result)
+
+    def oracle(self, value: Any, outputs: list[str]) -> dict[str, str] | None:
+        path: KeyPath = ("verify", "oracle")
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.issue(
+                path, 'oracle is a table of output = "PyTorch expression", e.g. { y = "torch.relu(x)" }'
+            )
+            return None
+        names = [*(p.name for p in self.kernel.parameters if p.name), *self.size_names]
+        for output, expression in value.items():
+            if output not in outputs:
+                self.issue(
+                    (*path, output),
+                    f"'{output}' is not an output (outputs: {', '.join(outputs) or 'none'})"
+                    f"{suggest(output, outputs)}",
+                    key=True,
+                )
+                continue
+            error = validate_oracle(expression, names)
+            if error is not None:
+                self.expression_issue((*path, output), error, expression)
+        return dict(value)
+
+    def tolerances(
+        self, value: Any, outputs: list[str]
+    ) -> tuple[ToleranceSpec | None, dict[str, ToleranceSpec]]:
+        path: KeyPath = ("verify", "tolerance")
+        if value is None:
+            return None, {}
+        if not isinstance(value, dict):
+            self.issue(
+                path,
+                "tolerance is a table: { atol = 1e-5, rtol = 1e-5 } or per output { y = { atol = 1e-3 } }",
+            )
+            return None, {}
+        global_part = {key: value[key] for key in ("atol", "rtol") if key in value}
+        per_output: dict[str, ToleranceSpec] = {}
+        for name, entry in value.items():
+            if name in ("atol", "rtol"):
+                continue
+            if name not in outputs:
+                self.issue(
+                    (*path, name),
+                    f"unknown key '{name}' in tolerance: atol, rtol or an output "
+                    f"({', '.join(outputs)}){suggest(name, ['atol', 'rtol', *outputs])}",
+                    key=True,
+                )
+            elif not isinstance(entry, dict):
+                self.issue(
+                    (*path, name), f"the tolerance of {name} is a table: {{ atol = 1e-3, rtol = 1e-3 }}"
+                )
+            else:
+                self.unknown_keys(entry, (*path, name), ("atol", "rtol"), f"the tolerance of {name}")
+                per_output[name] = self.tolerance(entry, (*path, name))
+        return (self.tolerance(global_part, path) if global_part else None), per_output
+
+    def tolerance(self, table: Mapping[str, Any], path: KeyPath) -> ToleranceSpec:
+        values: dict[str, float | None] = {}
+        for key in ("atol", "rtol"):
+            number = table.get(key)
+            if number is not None and (not is_number(number) or number < 0):
+                self.issue((*path, key), f"{key} is a number ≥ 0, not {describe(number)}")
+                number = None
+            values[key] = None if number is None else float(number)
+        return ToleranceSpec(values["atol"], values["rtol"])
+
+    def roofline(self) -> tuple[str | None, str | None]:
+        table = self.table(("roofline",), required=False, example='[roofline] flops = "2 * n"') or {}
+        self.unknown_keys(table, ("roofline",), ROOFLINE_KEYS, "[roofline]")
+        flops = bytes_moved = None
+        if "flops" in table:
+            flops = self.integer(("roofline", "flops"), table["flops"], minimum=0, what="flops")
+        if "bytes" in table:
+            bytes_moved = self.integer(("roofline", "bytes"), table["bytes"], minimum=0, what="bytes")
+        return flops, bytes_moved
+
+
+def build_spec(data: Mapping[str, Any], kernel: Kernel) -> tuple[KernelSpec | None, list[Issue]]:
+    """The spec of `kernel` from one comment's decoded TOML, or None and every problem found."""
+    builder = SpecBuilder(data, kernel)
+    spec = builder.build()
+    return spec, builder.issues

@@ -1,0 +1,253 @@
+"""Spec inference from a kernel's signature and body: the common shapes, and refusals with a reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.kernels import find_kernels
+from cuda_agent.agent.spec import InitSpec, KernelSpec, parse_specs, render_spec, resolve
+from cuda_agent.agent.spec.infer import infer_spec
+from cuda_agent.sandbox.plan import LaunchPlan
+
+
+def infer(source: str) -> tuple[KernelSpec | None, str]:
+    (kernel,) = find_kernels(source)
+    return infer_spec(kernel, source)
+
+
+def inferred(source: str) -> KernelSpec:
+    spec, note = infer(source)
+    assert spec is not None, note
+    assert spec.inferred and spec.inference_note == note
+    return spec
+
+
+def roles(spec: KernelSpec) -> dict[str, tuple[str, tuple[str, ...]]]:
+    return {a.name: (a.role, a.shape) for a in spec.arguments}
+
+
+def test_one_dimensional_element_wise():
+    spec = inferred("""
+        __global__ void add(const float* __restrict__ a, const float* b, float* out, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) out[i] = a[i] + b[i];
+        }""")
+    assert roles(spec) == {
+        "a": ("input", ("n",)),
+        "b": ("input", ("n",)),
+        "out": ("output", ("n",)),
+        "n": ("scalar", ()),
+    }
+    assert spec.arguments[3].value == "n" and spec.arguments[3].dtype == "int32"
+    assert spec.sizes == {"n": 16_777_216} and spec.verify_sizes == ({"n": 1_000_003},)
+    assert (spec.launch.block, spec.launch.grid) == ((256,), ("ceil_div(n, block.x)",))
+    assert spec.inference_note.startswith("spec inferred from the 1-D element-wise pattern")
+    problem, launch = resolve(spec, spec.verify_sizes[0])
+    assert problem.arguments[0].shape == (1_000_003,) and problem.arguments[3].distribution.value == 1_000_003
+    assert launch == LaunchPlan(grid=(3907, 1, 1), block=(256, 1, 1))
+
+
+def test_in_place_update_is_inout_and_float_scalars_are_drawn_positive():
+    spec = inferred("""
+        __global__ void saxpy(int n, float a, const float* x, float* y) {
+            for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+                y[i] += a * x[i];
+        }""")
+    assert roles(spec)["y"] == ("inout", ("n",))
+    a = spec.arguments[1]
+    assert (a.role, a.dtype, a.init) == ("scalar", "float32", InitSpec("uniform", low=0.5, high=2.0))
+
+
+@pytest.mark.parametrize(
+    ("statement", "role"),
+    [
+        ("y[i] = 2.0f * x[i];", "output"),
+        ("y[i] = y[i] * x[i];", "inout"),
+        ("y[i]++;", "inout"),
+        ("*(y + i) = x[i];", "output"),
+        ("float* out = y + i; *out += x[i];", "inout"),
+        ("atomicAdd(&y[i], x[i]);", "inout"),
+        ("float v = y[i]; x2[i] = v;", "input"),
+    ],
+)
+def test_roles_from_how_the_body_uses_each_pointer(statement: str, role: str):
+    spec = inferred(f"""
+        __global__ void k(const float* x, float* y, float* x2, int n) {{
+            int i = threadIdx.x + blockIdx.x * blockDim.x;
+            if (i < n) {{ {statement} }}
+        }}""")
+    assert roles(spec)["y"][0] == role
+
+
+def test_accumulator_output_has_one_element_and_a_reduction():
+    spec = inferred("""
+        __global__ void total(const float* x, float* sum, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) atomicAdd(sum, x[i]);
+        }""")
+    assert roles(spec)["sum"] == ("inout", ("1",)) and spec.reduction == "n"
+
+
+def test_two_dimensional_pattern():
+    spec = inferred("""
+        __global__ void transpose(const float* src, float* dst, int rows, int cols) {
+            int col = blockIdx.x * blockDim.x + threadIdx.x;
+            int row = blockIdx.y * blockDim.y + threadIdx.y;
+            if (row < rows && col < cols) dst[col * rows + row] = src[row * cols + col];
+        }""")
+    assert roles(spec) == {
+        "src": ("input", ("rows", "cols")),
+        "dst": ("output", ("rows", "cols")),
+        "rows": ("scalar", ()),
+        "cols": ("scalar", ()),
+    }
+    assert spec.launch.block == (32, 8)
+    assert spec.launch.grid == ("ceil_div(cols, block.x)", "ceil_div(rows, block.y)")
+    assert spec.sizes == {"rows": 4096, "cols": 4096} and spec.verify_sizes == ({"rows": 1023, "cols": 1021},)
+    _, launch = resolve(spec, spec.verify_sizes[0], block=(16, 16))
+    assert launch.grid == (64, 64, 1)
+
+
+@pytest.mark.parametrize(("rows", "cols"), [("height", "width"), ("M", "N"), ("ny", "nx")])
+def test_two_dimensional_naming(rows: str, cols: str):
+    spec = inferred(f"""
+        __global__ void blur(int {cols}, int {rows}, const float* in, float* out) {{
+            int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+            if (x < {cols} && y < {rows}) out[y * {cols} + x] = in[y * {cols} + x];
+        }}""")
+    assert spec.launch.grid == (f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)")
+    assert roles(spec)["out"] == ("output", (rows, cols))
+
+
+def test_one_thread_per_row_with_a_row_sized_output():
+    spec = inferred("""
+        __global__ void row_sum(const float* x, float* sums, int rows, int cols) {
+            int row = blockIdx.x * blockDim.x + threadIdx.x;
+            if (row >= rows) return;
+            const float* in = x + (size_t)row * cols;
+            float total = 0.0f;
+            for (int c = 0; c < cols; ++c) total += in[c];
+            sums[row] = total;
+        }""")
+    assert spec.inference_note.startswith("spec inferred from the one-thread-per-row pattern")
+    assert roles(spec)["x"] == ("input", ("rows", "cols")) and roles(spec)["sums"] == ("output", ("rows",))
+    assert (spec.launch.block, spec.launch.grid) == ((256,), ("ceil_div(rows, block.x)",))
+
+
+def test_one_block_per_row():
+    spec = inferred("""
+        __global__ void softmax(const float* x, float* y, int rows, int cols) {
+            int row = blockIdx.x;
+            for (int c = threadIdx.x; c < cols; c += blockDim.x) y[row * cols + c] = expf(x[row * cols + c]);
+        }""")
+    assert spec.inference_note.startswith("spec inferred from the one-block-per-row pattern")
+    assert spec.launch.grid == ("rows",) and roles(spec)["y"] == ("output", ("rows", "cols"))
+
+
+def test_flattened_rows_times_cols():
+    spec = inferred("""
+        __global__ void scale(float* y, const float* x, int rows, int cols) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            int total = rows * cols;
+            if (i < total) y[i] = 2.0f * x[i];
+        }""")
+    assert spec.launch.grid == ("ceil_div(rows * cols, block.x)",)
+
+
+def test_template_kernel_is_instantiated_with_float():
+    spec = inferred("""
+        template <typename T, int UNROLL = 4>
+        __global__ void relu(const T* x, T* y, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = x[i] > T(0) ? x[i] : T(0);
+        }""")
+    assert spec.instantiate == "relu<float, 4>"
+    assert [a.dtype for a in spec.arguments] == ["float32", "float32", "int32"]
+
+
+def test_half_and_double_element_types():
+    spec = inferred("""
+        __global__ void cast(const __half* x, double* y, unsigned int n) {
+            unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = __half2float(x[i]);
+        }""")
+    assert [a.dtype for a in spec.arguments] == ["float16", "float64", "uint32"]
+
+
+ELEMENT_WISE_BODY = "{ int i = blockIdx.x * blockDim.x + threadIdx.x; y[i] = x[i]; }"
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (
+            "__global__ void mm(const float* a, float* c, int M, int N, int K) { c[0] = a[0]; }",
+            "expected one integer size (n) or two (rows, cols); found 3 (M, N, K)",
+        ),
+        ("__global__ void k(const float* x, float* y) " + ELEMENT_WISE_BODY, "found 0"),
+        (
+            "__global__ void k(const float4* x, float4* y, int n) { y[0] = x[0]; }",
+            "'const float4* x': element type float4* is not a plain number",
+        ),
+        ("__global__ void k(float** x, int n) { x[0][0] = 1; }", "type float** is not a plain number"),
+        ("template <int B>\n__global__ void k(float* y, int n) { y[0] = B; }", "with a value parameter"),
+        (
+            "__global__ void k(const float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; }",
+            "no pointer is written",
+        ),
+        (
+            "__global__ void k(float* y, int a, int b) { y[blockIdx.x * blockDim.x + threadIdx.x] = a; }",
+            "two integer parameters (a, b) not named like rows/cols",
+        ),
+        ("__global__ void k(float* y, int n) { y[blockIdx.x] = n; }", "no element-wise index"),
+        (
+            "__global__ void k(float* y, int n) { int i = blockIdx.y * blockDim.y + threadIdx.y; y[i] = 0; }",
+            "indexes in 2-D",
+        ),
+        (
+            "struct P { float a; };\n__global__ void k(P p, float* y, int n) { y[0] = p.a; }",
+            "is not a number",
+        ),
+    ],
+)
+def test_refuses_unusual_signatures_with_a_reason(source: str, reason: str):
+    spec, why = infer(source)
+    assert spec is None
+    assert reason in why
+
+
+def test_an_inferred_spec_renders_to_a_comment_that_parses_back():
+    source = """__global__ void saxpy(int n, float a, const float* x, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+    spec = inferred(source)
+    text = render_spec(spec)
+    assert text.splitlines()[1] == f"# {spec.inference_note}"
+    written = text + "\n" + source
+    specs, errors = parse_specs(written, find_kernels(written))
+    assert errors == []
+    assert specs["saxpy"] == replace(spec, inferred=False, inference_note="")
+
+
+def test_namespaced_template_and_explicit_specialisation_name_their_instantiation():
+    body = "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i]; }"
+    spec = inferred(
+        f"namespace ops {{ template <typename T>\n__global__ void k(const T* x, T* y, int n) {body} }}"
+    )
+    assert spec.instantiate == "ops::k<float>"
+    spec = inferred(f"template <> __global__ void k<double>(const double* x, double* y, int n) {body}")
+    assert spec.instantiate == "k<double>" and spec.arguments[0].dtype == "float64"
+
+
+def test_every_example_kernel_has_a_written_or_inferred_spec():
+    for path in sorted((Path(__file__).parent.parent / "examples").glob("*.cu")):
+        source = path.read_text(encoding="utf-8")
+        kernels = find_kernels(source)
+        specs, errors = parse_specs(source, kernels)
+        assert errors == [], path
+        for kernel in kernels:
+            assert kernel.name in specs or infer_spec(kernel, source)[0] is not None, (path, kernel.name)
