@@ -90,7 +90,8 @@ class Problem:
     sizes: dict[str, int]
     arguments: tuple[ArgumentPlan, ...]
     tolerances: dict[str, Tolerance]  # per output/inout argument name
-    # Output/inout name -> PyTorch expression over argument and size names. None: the original kernel is the oracle.
+    # Output/inout name -> PyTorch expression over argument and size names.
+    # None: the original kernel is the oracle.
     oracle: dict[str, str] | None = None
     bytes_moved: int = 0  # compulsory DRAM traffic, for the roofline
     flops: int = 0

@@ -53,6 +53,7 @@ class TimeRequest:
     max_runs: int = 500
     ceilings_bandwidth_gbs: float | None = None  # for the roofline fields and the plausibility floor
     ceilings_tflops: float | None = None
+    base_seed: int | None = None  # None: fresh seeds from the OS; set only to replay a run
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Heartbeat:
     """Sent by the worker after every synchronised launch, so the caller can tell slow from hung."""
 
     note: str = ""
+    # Host work that cannot hang on the GPU comes next (importing torch): allow this much more silence.
+    expect_silence_s: float = 0.0
 
 
 Request = DeviceInfoRequest | VerifyRequest | TimeRequest

@@ -15,7 +15,7 @@ class CompileDiagnostic:
     severity: Severity
     message: str
     line: int | None = None  # 1-based, in the file the user edits
-    column: int | None = None  # 1-based; None when the compiler does not say (NVRTC)
+    column: int | None = None  # 1-based, in characters; None when the compiler does not say (ptxas)
     file: str | None = None
 
 
@@ -56,6 +56,7 @@ class CheckFailure:
     first_bad_index: tuple[int, ...] | None = None
     expected: float | None = None  # at the first bad index
     actual: float | None = None
+    kernel: str | None = None  # KernelUnderTest.label, where a request times several kernels
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,292 @@
+"""The loop's steps joined: compile → verify → time, for an original kernel and for candidates.
+
+Compiling happens here, in the caller (NVRTC needs no GPU); verifying and timing go to the sandbox worker.
+Every step's result is plain data, cached on disk by everything it depends on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from cuda_agent.agent.cache import ResultCache, result_key
+from cuda_agent.agent.candidates import Candidate, CandidateResult
+from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.spec import KernelSpec, SpecResolveError, resolve
+from cuda_agent.agent.targets import KernelTarget, problems_for, with_block
+from cuda_agent.sandbox.client import Sandbox
+from cuda_agent.sandbox.compile import compile_kernel
+from cuda_agent.sandbox.plan import KernelUnderTest, LaunchPlan, Problem
+from cuda_agent.sandbox.protocol import TimeRequest, TimingResult, VerifyRequest
+from cuda_agent.sandbox.reports import (
+    CompileResult,
+    DeviceInfo,
+    TimingReport,
+    VerificationReport,
+    WorkerError,
+)
+
+DEFAULT_ARCH = "sm_90"  # without a GPU to ask, compile for the H100/H200 generation
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    gpu_index: int = 0
+    timeout_s: float = 5.0  # a launch that has not finished after this is a hang
+    arch: str | None = None  # None: the GPU's own, else DEFAULT_ARCH
+    input_sets: int = 5
+    time_budget_s: float = 0.6  # timed work per measurement
+    use_cache: bool = True
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The original kernel, compiled, verified and timed: what candidates are measured against."""
+
+    target: KernelTarget
+    spec: KernelSpec
+    problems: tuple[Problem, ...]
+    kernel: KernelUnderTest | None  # None when it did not compile
+    compile: CompileResult
+    verification: VerificationReport | None = None
+    timing: TimingReport | None = None
+    error: WorkerError | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def oracle(self) -> str:
+        return "PyTorch expression" if self.problems and self.problems[0].oracle else "original kernel"
+
+    @property
+    def usable(self) -> bool:
+        """Candidates can only be judged against a baseline that compiled and passed its own checks."""
+        return self.kernel is not None and self.verification is not None and self.verification.passed
+
+
+@dataclass
+class Progress:
+    """What a long job reports to the CLI progress bar or the editor."""
+
+    kernel: str
+    total: int = 0
+    done: int = 0
+    best_speedup: float = 1.0
+    message: str = ""
+    results: list[CandidateResult] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(self, settings: EngineSettings | None = None, cache: ResultCache | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        self.cache = cache or ResultCache(enabled=self.settings.use_cache)
+        self._sandbox: Sandbox | None = None
+        self._device: DeviceInfo | WorkerError | None = None
+
+    # -- the GPU ---------------------------------------------------------------------------------------
+
+    def device(self) -> DeviceInfo | WorkerError:
+        """The GPU with measured ceilings (measured once per device and cached), or why there is none."""
+        if self._device is None:
+            self._sandbox = Sandbox(gpu_index=self.settings.gpu_index, timeout_s=self.settings.timeout_s)
+            info = self._sandbox.device_info(measure_ceilings=False)
+            if isinstance(info, DeviceInfo):
+                key = result_key("ceilings", info.name, info.compute_capability, info.driver_version)
+                ceilings = self.cache.get(key)
+                if ceilings is None:
+                    measured = self._sandbox.device_info(measure_ceilings=True)
+                    ceilings = measured.ceilings if isinstance(measured, DeviceInfo) else None
+                    if ceilings is not None:
+                        self.cache.set(key, ceilings)
+                info = replace(info, ceilings=ceilings)
+            self._device = info
+        return self._device
+
+    @property
+    def gpu(self) -> DeviceInfo | None:
+        device = self.device()
+        return device if isinstance(device, DeviceInfo) else None
+
+    @property
+    def arch(self) -> str:
+        if self.settings.arch:
+            return self.settings.arch
+        return self.gpu.arch if self.gpu else DEFAULT_ARCH
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+        self.cache.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- steps -----------------------------------------------------------------------------------------
+
+    def compile(self, target: KernelTarget, source: str, candidate: Candidate | None = None) -> CompileResult:
+        include_dir = (candidate.include_dir if candidate else None) or str(target.path.parent)
+        return compile_kernel(
+            device_source(source),
+            (candidate.kernel_name if candidate else None) or target.name_expression,
+            filename=str(target.path),
+            arch=self.arch,
+            include_dirs=(include_dir,),
+            flags=candidate.flags if candidate else (),
+        )
+
+    def _device_key(self) -> tuple[object, ...]:
+        gpu = self.gpu
+        return (gpu.name, gpu.compute_capability, gpu.driver_version) if gpu else ("no-gpu",)
+
+    def baseline(self, target: KernelTarget) -> Baseline:
+        """Compile the original, verify it (against its oracle, or against itself: guards, inputs unchanged,
+        unwritten outputs, determinism), drop an automatic extra size it cannot run, and time it."""
+        assert target.spec is not None, "a target without a spec cannot be run"
+        spec = target.spec
+        problems, launches, automatic = problems_for(spec)
+        compiled = self.compile(target, target.source)
+        if not compiled.ok or compiled.kernel is None:
+            return Baseline(target, spec, problems, None, compiled)
+        kernel = KernelUnderTest(compiled.kernel, launches, label="original")
+        device = self.device()
+        if isinstance(device, WorkerError):
+            return Baseline(target, spec, problems, kernel, compiled, error=device)
+        key = result_key("baseline", kernel.compiled, problems, launches, self._device_key(), self.settings)
+        cached = self.cache.get(key)
+        if isinstance(cached, Baseline):
+            return replace(cached, target=target)
+        notes: list[str] = []
+        oracle_reference = None if problems[0].oracle else kernel
+        report = self._sandbox_verify(
+            VerifyRequest(kernel, problems, oracle_reference, self.settings.input_sets)
+        )
+        if isinstance(report, WorkerError):
+            return Baseline(target, spec, problems, kernel, compiled, error=report)
+        if not report.passed and automatic and report.failures[0].problem == problems[-1].label:
+            # The original itself cannot run at the size we made up: keep the sizes the user gave.
+            notes.append(
+                f"the original kernel fails at the automatic extra size {problems[-1].label} "
+                f"({report.failures[0].check}); verified at the benchmark size only. Add [verify] sizes."
+            )
+            problems, launches = problems[:-1], launches[:-1]
+            kernel = KernelUnderTest(compiled.kernel, launches, label="original")
+            report = self._sandbox_verify(
+                VerifyRequest(
+                    kernel, problems, None if problems[0].oracle else kernel, self.settings.input_sets
+                )
+            )
+            if isinstance(report, WorkerError):
+                return Baseline(target, spec, problems, kernel, compiled, error=report)
+        timing = None
+        if report.passed:
+            timed = self._sandbox_time(self._time_request((kernel,), problems[0], reference=None))
+            if isinstance(timed, WorkerError):
+                return Baseline(
+                    target, spec, problems, kernel, compiled, report, error=timed, notes=tuple(notes)
+                )
+            timing = timed.reports[0]
+        result = Baseline(target, spec, problems, kernel, compiled, report, timing, notes=tuple(notes))
+        self.cache.set(key, result)
+        return result
+
+    def evaluate(
+        self,
+        baseline: Baseline,
+        candidates: Sequence[Candidate],
+        progress: Progress | None = None,
+        on_result: Callable[[CandidateResult], None] | None = None,
+    ) -> list[CandidateResult]:
+        """Compile all candidates in parallel on the CPU, then verify and time each on the GPU in turn."""
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            compiled = list(pool.map(lambda c: self.compile(baseline.target, c.source, c), candidates))
+        results = []
+        for candidate, compile_result in zip(candidates, compiled, strict=True):
+            result = self._evaluate_one(baseline, candidate, compile_result)
+            results.append(result)
+            if progress is not None:
+                progress.done += 1
+                progress.results.append(result)
+                if result.faster and result.speedup:
+                    progress.best_speedup = max(progress.best_speedup, result.speedup)
+            if on_result is not None:
+                on_result(result)
+        return results
+
+    def _evaluate_one(
+        self, baseline: Baseline, candidate: Candidate, compiled: CompileResult
+    ) -> CandidateResult:
+        if not compiled.ok or compiled.kernel is None:
+            return CandidateResult(candidate, compiled)
+        assert baseline.kernel is not None
+        launches = self._launches(baseline, candidate)
+        if isinstance(launches, WorkerError):
+            return CandidateResult(candidate, compiled, error=launches)
+        kernel = KernelUnderTest(compiled.kernel, launches, label="candidate")
+        key = result_key(
+            "candidate", baseline.kernel.compiled, kernel.compiled, baseline.problems, launches,
+            self._device_key(), self.settings,
+        )  # fmt: skip
+        cached = self.cache.get(key)
+        if isinstance(cached, CandidateResult):
+            return replace(cached, candidate=candidate, compile=compiled, cached=True)
+        reference = None if baseline.problems[0].oracle else baseline.kernel
+        report = self._sandbox_verify(
+            VerifyRequest(kernel, baseline.problems, reference, self.settings.input_sets)
+        )
+        if isinstance(report, WorkerError):
+            return CandidateResult(candidate, compiled, error=report)
+        result = CandidateResult(candidate, compiled, report)
+        if report.passed:
+            timed = self._sandbox_time(
+                self._time_request((_first(baseline.kernel), _first(kernel)), baseline.problems[0], reference)
+            )
+            if isinstance(timed, WorkerError):
+                return replace(result, error=timed)
+            comparison = timed.comparison
+            if comparison is not None and timed.failures:
+                comparison = replace(comparison, timed_output_failures=timed.failures, faster=False)
+            result = replace(result, comparison=comparison)
+        self.cache.set(key, result)
+        return result
+
+    def _launches(self, baseline: Baseline, candidate: Candidate) -> tuple[LaunchPlan, ...] | WorkerError:
+        """The candidate's launch at every problem size: its own launch spec, else the original's grid
+        expressions with the candidate's block."""
+        if candidate.launch is not None:
+            spec = replace(baseline.spec, launch=candidate.launch)
+        else:
+            spec = with_block(baseline.spec, candidate.block)
+        try:
+            return tuple(resolve(spec, p.sizes)[1] for p in baseline.problems)
+        except SpecResolveError as exc:
+            return WorkerError("bad_request", f"launch of the candidate: {exc}")
+
+    def _time_request(
+        self, kernels: tuple[KernelUnderTest, ...], problem: Problem, reference: KernelUnderTest | None
+    ) -> TimeRequest:
+        ceilings = self.gpu.ceilings if self.gpu else None
+        flop_rate = ceilings.flops_tflops.get(problem.flop_dtype) if ceilings else None
+        return TimeRequest(
+            kernels=kernels,
+            problem=problem,
+            reference=_first(reference) if reference else None,
+            budget_s=self.settings.time_budget_s,
+            ceilings_bandwidth_gbs=ceilings.copy_bandwidth_gbs if ceilings else None,
+            ceilings_tflops=flop_rate,
+        )
+
+    def _sandbox_verify(self, request: VerifyRequest) -> VerificationReport | WorkerError:
+        assert self._sandbox is not None
+        return self._sandbox.verify(request)
+
+    def _sandbox_time(self, request: TimeRequest) -> TimingResult | WorkerError:
+        assert self._sandbox is not None
+        return self._sandbox.time(request)
+
+
+def _first(kernel: KernelUnderTest) -> KernelUnderTest:
+    """The kernel with only its benchmark-size launch: timing runs the benchmark problem alone."""
+    return replace(kernel, launches=kernel.launches[:1])

@@ -1,0 +1,61 @@
+"""Turning a chosen launch configuration or kernel body into the user's file, and showing it as a diff."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import replace
+
+from cuda_agent.agent.device_source import replace_span
+from cuda_agent.agent.kernels import Span, find_launch_sites
+from cuda_agent.agent.spec import render_spec
+from cuda_agent.agent.targets import KernelTarget, with_block
+
+
+def _block_text(block: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(b) for b in block) + "]"
+
+
+def with_launch_block(target: KernelTarget, block: tuple[int, ...]) -> str:
+    """The file with the kernel's block shape changed where the user will look for it: the spec's
+    `block = [...]` value (an inferred spec is written out above the kernel), and `<<<grid, N>>>`
+    launch sites of this kernel whose block is a plain number equal to the old one."""
+    assert target.spec is not None
+    old = target.spec.launch.block
+    text = target.source
+    # Edit from the end of the file backwards so earlier byte offsets stay valid.
+    edits = []
+    if len(old) == 1 and len(block) == 1:
+        for site in find_launch_sites(text):
+            if (
+                site.kernel == target.kernel.name
+                and len(site.config) >= 2
+                and site.config[1].strip() == str(old[0])
+            ):
+                edits.append((site.config_span, _config_with_block(site.config, str(block[0]))))
+    if target.spec.inferred:
+        comment = render_spec(with_block(target.spec, block)) + "\n"
+        kernel_start = target.kernel.span
+        edits.append((_empty_span_at(kernel_start), comment))
+    elif target.spec.block_span is not None:
+        edits.append((target.spec.block_span, _block_text(block)))
+    for span, new_text in sorted(edits, key=lambda e: e[0].start_byte, reverse=True):
+        text = replace_span(text, span, new_text)
+    return text
+
+
+def _config_with_block(config: tuple[str, ...], block: str) -> str:
+    parts = [p.strip() for p in config]
+    parts[1] = block
+    return ", ".join(parts)
+
+
+def _empty_span_at(span: Span) -> Span:
+    return replace(span, end_byte=span.start_byte, end_line=span.start_line, end_column=span.start_column)
+
+
+def unified_diff(old: str, new: str, path: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=2
+        )
+    )

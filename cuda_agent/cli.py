@@ -1,0 +1,325 @@
+"""`cuda-agent`: check, optimize and compare CUDA kernels on the GPU from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.syntax import Syntax
+
+from cuda_agent import __version__
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.engine import Engine, EngineSettings
+from cuda_agent.agent.engine import Progress as JobProgress
+from cuda_agent.agent.optimize import PROPOSERS, optimize
+from cuda_agent.agent.rewrite import unified_diff
+from cuda_agent.agent.spec import SpecError
+from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
+from cuda_agent.sandbox.reports import DeviceInfo, WorkerError
+from cuda_agent.tables import (
+    baseline_table,
+    candidates_table,
+    compile_line,
+    device_table,
+    failure_line,
+    timing_line,
+)
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def relative(path: Path) -> Path:
+    """Paths as the user typed them, relative to where they stand when possible."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line naming the file, never a traceback."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cuda-agent", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"cuda-agent {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--gpu", type=int, default=0, help="GPU index (default 0)")
+        p.add_argument("--timeout", type=float, default=5.0, help="seconds before a launch counts as hung")
+        p.add_argument("--arch", help="compile for this target (default: the GPU's, else sm_90)")
+        p.add_argument("--no-cache", action="store_true", help="ignore and do not store cached results")
+
+    check = sub.add_parser("check", help="discover, compile, verify and time the kernels of a file")
+    check.add_argument("file", type=Path)
+    check.add_argument("--kernel", help="only this kernel")
+    common(check)
+
+    opt = sub.add_parser("optimize", help="search for verified, faster rewrites")
+    opt.add_argument("file", type=Path)
+    opt.add_argument("--kernel", help="only this kernel")
+    opt.add_argument(
+        "--proposer", action="append", choices=sorted(PROPOSERS), help="default: all offline ones"
+    )
+    opt.add_argument("--write", action="store_true", help="apply the best verified rewrite to the file")
+    common(opt)
+
+    compare = sub.add_parser("compare", help="verify NEW's kernel against OLD's and time both, interleaved")
+    compare.add_argument("old", type=Path)
+    compare.add_argument("new", type=Path)
+    compare.add_argument("--kernel", help="the kernel in OLD (default: the only one)")
+    compare.add_argument("--new-kernel", help="its name in NEW (default: the same)")
+    common(compare)
+
+    doctor = sub.add_parser("doctor", help="GPU, driver, CUDA, NVRTC, nvcc, CuPy and measured ceilings")
+    common(doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = EngineSettings(
+        gpu_index=args.gpu, timeout_s=args.timeout, arch=args.arch, use_cache=not args.no_cache
+    )
+    try:
+        with Engine(settings) as engine:
+            return COMMANDS[args.command](engine, args)
+    except UsageError as exc:
+        err.print(f"[bold red]cuda-agent: error:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> FileTargets:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    try:
+        return load_targets(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+def _print_spec_errors(path: Path, errors: Sequence[SpecError]) -> None:
+    for e in errors:
+        err.print(
+            f"[bold]{relative(path)}:{e.line + 1}:{e.column + 1}:[/] [red]spec error:[/] {escape(e.message)}"
+        )
+
+
+def _select(files: FileTargets, name: str | None) -> list[KernelTarget]:
+    if not files.targets:
+        raise UsageError(f"{relative(files.path)}: no __global__ kernel found")
+    if name is None:
+        return list(files.targets)
+    target = files.find(name)
+    if target is None:
+        names = ", ".join(t.kernel.name for t in files.targets)
+        raise UsageError(f"{relative(files.path)}: no kernel named {name!r} (kernels: {names})")
+    return [target]
+
+
+def _gpu_or_explain(engine: Engine) -> DeviceInfo | None:
+    device = engine.device()
+    if isinstance(device, WorkerError):
+        console.print(
+            f"[yellow]No GPU: {escape(device.message)}[/]\n"
+            "Discovery, spec checks and compiling still ran; verifying, timing and optimizing need a GPU "
+            "(run on a GPU machine, or connect to a headless server on one)."
+        )
+        return None
+    return device
+
+
+def _runnable(target: KernelTarget) -> bool:
+    if target.spec is None:
+        console.print(f"[yellow]{target.kernel.name}: {target.note}[/]")
+        return False
+    return True
+
+
+# -- commands ------------------------------------------------------------------------------------------
+
+
+def cmd_check(engine: Engine, args: argparse.Namespace) -> int:
+    files = _load(args.file)
+    _print_spec_errors(args.file, files.spec_errors)
+    targets = _select(files, args.kernel)
+    gpu = _gpu_or_explain(engine)
+    failed = bool(files.spec_errors)
+    for target in targets:
+        if not _runnable(target):
+            continue
+        if target.spec.inferred:
+            console.print(f"[bold]{target.kernel.name}[/]: {escape(target.spec.inference_note)}")
+        if gpu is None:
+            result = engine.compile(target, target.source)
+            console.print(f"[bold]{target.kernel.name}[/]: compile {compile_line(result)}")
+            _print_compile_diagnostics(target, result)
+            failed |= not result.ok
+            continue
+        with console.status(f"{target.kernel.name}: compiling, verifying, timing…"):
+            baseline = engine.baseline(target)
+        console.print(baseline_table(baseline, gpu))
+        _print_compile_diagnostics(target, baseline.compile)
+        console.print()
+        failed |= not baseline.usable
+    return 1 if failed else 0
+
+
+def _print_compile_diagnostics(target: KernelTarget, result: object) -> None:
+    for d in getattr(result, "diagnostics", ()):
+        where = f"{relative(target.path)}:{d.line or '?'}" + (f":{d.column}" if d.column else "")
+        style = "red" if d.severity == "error" else "yellow"
+        console.print(f"  {where}: [{style}]{d.severity}:[/] {escape(d.message)}")
+
+
+def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
+    files = _load(args.file)
+    _print_spec_errors(args.file, files.spec_errors)
+    targets = _select(files, args.kernel)
+    gpu = _gpu_or_explain(engine)
+    if gpu is None:
+        return 1
+    proposers = tuple(args.proposer or PROPOSERS)
+    source = files.source
+    failed = False
+    for name in [t.kernel.name for t in targets]:
+        # Each kernel is optimized on the latest text, with the rewrites chosen for earlier ones applied.
+        target = load_targets(args.file, source).find(name)
+        if target is None or not _runnable(target):
+            continue
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console, transient=True,
+        ) as bar:  # fmt: skip
+            task = bar.add_task(f"{target.kernel.name}: baseline", total=None, best="")
+
+            def on_progress(p: JobProgress, task: int = task) -> None:
+                bar.update(task, description=f"{p.kernel}: candidates", total=p.total, completed=p.done,
+                           best=f"best {p.best_speedup:.2f}×")  # fmt: skip
+
+            outcome = optimize(engine, target, proposers, on_progress)
+        console.print(baseline_table(outcome.baseline, gpu))
+        if outcome.results:
+            console.print(candidates_table(outcome.results))
+        console.print(f"[bold]{target.kernel.name}:[/] {outcome.explanation}")
+        if outcome.best is None:
+            failed |= not outcome.baseline.usable
+            console.print()
+            continue
+        best = outcome.best.candidate
+        diff = unified_diff(source, best.source, str(relative(args.file)))
+        console.print(Syntax(diff, "diff", background_color="default"))
+        if best.assumptions:
+            console.print("assumes: " + "; ".join(best.assumptions))
+        source = best.source
+        console.print()
+    if args.write and source != files.source:
+        args.file.write_text(source, encoding="utf-8")
+        console.print(f"[green]wrote {relative(args.file)}[/]")
+    return 1 if failed else 0
+
+
+def cmd_compare(engine: Engine, args: argparse.Namespace) -> int:
+    old_files, new_files = _load(args.old), _load(args.new)
+    _print_spec_errors(args.old, old_files.spec_errors)
+    old = _select(old_files, args.kernel)
+    if len(old) != 1:
+        raise UsageError(f"{relative(args.old)}: several kernels; name one with --kernel")
+    original = old[0]
+    if not _runnable(original):
+        return 1
+    new_name = args.new_kernel or original.kernel.name
+    new = new_files.find(new_name)
+    if new is None:
+        raise UsageError(f"{relative(args.new)}: no kernel named {new_name!r}")
+    new_errors = [e for e in new_files.spec_errors if e.kernel == new_name]
+    _print_spec_errors(args.new, new_errors)
+    own_launch = new.spec.launch if new.spec is not None and not new.spec.inferred else None
+    candidate = Candidate(
+        source=new_files.source,
+        block=own_launch.block if own_launch else original.spec.launch.block,  # type: ignore[union-attr]
+        description=f"{new_name} from {relative(args.new)}",
+        proposer="hand-written",
+        kernel_name=new.name_expression,
+        launch=own_launch,
+        include_dir=str(args.new.parent),
+    )
+    gpu = _gpu_or_explain(engine)
+    if gpu is None:
+        result = engine.compile(new, new_files.source)
+        console.print(f"compile {relative(args.new)}: {compile_line(result)}")
+        return 1
+    with console.status("verifying and timing the original and the rewrite…"):
+        baseline = engine.baseline(original)
+        if not baseline.usable:
+            console.print(baseline_table(baseline, gpu))
+            console.print("[red]the original cannot serve as the reference; nothing compared[/]")
+            return 1
+        (result,) = engine.evaluate(baseline, [candidate])
+    console.print(baseline_table(baseline, gpu))
+    console.print(candidates_table([result]))
+    if not result.compile.ok:
+        _print_compile_diagnostics(new, result.compile)
+    verdict = result.status
+    if result.verification and not result.verification.passed:
+        for failure in result.verification.failures:
+            console.print("  " + failure_line(failure))
+    if result.comparison:
+        c = result.comparison
+        console.print(f"  original  {timing_line(c.baseline)}")
+        console.print(f"  rewrite   {timing_line(c.candidate)}")
+        console.print(f"  decision  {c.decision}")
+    style = "bold green" if result.faster else ("bold red" if not result.verified else "yellow")
+    console.print(f"[{style}]verdict: {verdict}[/]" + (f", {result.speedup:.2f}×" if result.speedup else ""))
+    return 0 if result.verified else 1
+
+
+def cmd_doctor(engine: Engine, args: argparse.Namespace) -> int:
+    console.print(f"cuda-agent {__version__} · Python {sys.version.split()[0]}")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+        console.print(f"nvcc: {nvcc} ({out.strip().splitlines()[-1] if out.strip() else 'unknown version'})")
+    else:
+        console.print("nvcc: [yellow]not found[/] (only needed for files NVRTC cannot compile)")
+    console.print(f"NVRTC: {_nvrtc_version()}")
+    for dist in ("cupy-cuda13x", "cupy-cuda12x", "cupy", "torch"):
+        try:
+            console.print(f"{dist}: {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    device = engine.device()
+    if isinstance(device, WorkerError):
+        console.print(f"[yellow]GPU: {escape(device.message)}[/]")
+        return 1
+    console.print(device_table(device))
+    return 0
+
+
+def _nvrtc_version() -> str:
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}"
+    except Exception as exc:  # any failure to load the library is reported, not raised
+        return f"[yellow]unavailable ({exc})[/]"
+
+
+COMMANDS = {"check": cmd_check, "optimize": cmd_optimize, "compare": cmd_compare, "doctor": cmd_doctor}

@@ -1,0 +1,192 @@
+"""The GPU worker process: owns the CUDA context, answers one request at a time over a Connection.
+
+Started by `client.Sandbox` through multiprocessing's spawn context. At the top only the standard
+library and the plain data types are imported, so the caller can name `worker_main` without CuPy;
+CuPy comes in `worker_main`, torch only when an oracle needs it. Protocol: the worker sends
+Heartbeat("ready") once it can take requests (or WorkerError(kind="no_gpu") and exits), then for each
+request any number of Heartbeats followed by one response. A sticky CUDA error (the context is gone)
+is answered with WorkerError(kind="cuda_error") and the process exits; the client starts another.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+from cuda_agent.sandbox.protocol import DeviceInfoRequest, Heartbeat, TimeRequest, VerifyRequest
+from cuda_agent.sandbox.reports import WorkerError
+
+BEAT_INTERVAL_S = 0.2  # heartbeats are throttled to this; the caller's silence limit is seconds
+
+
+class _Beat:
+    """Tells the caller the worker is alive: call after each synchronised step (never from a thread, which
+    would keep a hung kernel looking alive)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.last = 0.0
+
+    def __call__(self, note: str = "", expect_silence_s: float = 0.0) -> None:
+        now = time.monotonic()
+        if expect_silence_s or now - self.last >= BEAT_INTERVAL_S:
+            self.conn.send(Heartbeat(note, expect_silence_s))
+            self.last = now
+
+
+def _start_cuda(gpu_index: int) -> tuple[Any, WorkerError | None]:
+    """Import CuPy and make `gpu_index` current with a context, or say plainly why there is no GPU."""
+    os.environ.setdefault("CUPY_TF32", "0")  # the float32 ceiling is plain SGEMM, never TF32
+    try:
+        import cupy
+    except ImportError as exc:
+        return None, WorkerError(
+            "no_gpu",
+            f"CuPy is not installed in this Python ({exc}); install cuda-agent[gpu] on a machine with an "
+            "NVIDIA GPU",
+        )
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, or no device: CUDARuntimeError
+        return None, WorkerError("no_gpu", f"no CUDA GPU is visible: {exc}")
+    if not 0 <= gpu_index < count:
+        return None, WorkerError("no_gpu", f"GPU index {gpu_index} does not exist: {count} GPU(s) visible")
+    try:
+        cupy.cuda.Device(gpu_index).use()
+        cupy.cuda.runtime.free(0)  # creates the context now, not in the first request
+    except Exception as exc:
+        return None, WorkerError("no_gpu", f"cannot open GPU {gpu_index}: {exc}")
+    return cupy, None
+
+
+def _warm_up(stream: Any) -> None:
+    """Compile (or load from CuPy's disk cache) the kernels requests use, the failure paths included, so
+    that no silent stretch of a request is spent in the compiler (it would look like a hung kernel). The
+    first start on a machine compiles them all (tens of seconds, once); later starts load them."""
+    import cupy
+    from cuda_agent.sandbox.buffers import ArgumentSet, count_poisoned, draw_inputs
+    from cuda_agent.sandbox.checks import (
+        check_deterministic,
+        check_unchanged,
+        compare_output,
+        unwritten_elements,
+    )
+    from cuda_agent.sandbox.plan import ArgumentPlan, Distribution, Problem, Tolerance
+
+    integers = Distribution("integers", low=-3, high=3)
+    with stream:
+        for dtype, dist in (
+            ("float32", Distribution()), ("bfloat16", Distribution()), ("float16", Distribution()),
+            ("float64", Distribution()), ("int32", integers), ("float32", Distribution("uniform")),
+        ):  # fmt: skip
+            x_plan = ArgumentPlan("x", "input", dtype, (64,), dist)  # type: ignore[arg-type]
+            y_plan = ArgumentPlan("y", "output", dtype, (64,))  # type: ignore[arg-type]
+            problem = Problem("warm-up", {}, (x_plan, y_plan), {})
+            args = ArgumentSet(problem)
+            args.load(draw_inputs(problem, 1))
+            args.poison_outputs(0xFF)
+            x, y = args.buffers["x"].data, args.buffers["y"].data
+            changed = x.copy()
+            changed[:1] += 1  # one element off: the failure paths compile too
+            tolerance = Tolerance.default(dtype)
+            for first, second in ((x, x), (x, changed)):
+                compare_output(first, second, tolerance, dtype)
+                check_deterministic(first, second, tolerance, dtype)
+                check_unchanged(first, second, dtype=dtype)
+            unwritten_elements(y, y, 0xFF, 0xA5)
+            unwritten_elements(y, changed, 0xFF, 0xA5)
+            count_poisoned(y, 0xFF).get()
+            args.check_guards()
+            args.buffers["y"].raw[:1] = 0
+            args.check_guards()
+        stream.synchronize()
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def worker_main(conn: Connection, gpu_index: int) -> None:
+    """Entry point of the worker process."""
+    cupy, error = _start_cuda(gpu_index)
+    if error is not None:
+        conn.send(error)
+        conn.close()
+        return
+    from cuda_agent.sandbox.buffers import (
+        CUDA_ERRORS,
+        FatalCudaError,
+        KernelModules,
+        LaunchError,
+        context_is_broken,
+    )
+    from cuda_agent.sandbox.device import describe_device, measure_ceilings
+    from cuda_agent.sandbox.timing import time_kernels
+    from cuda_agent.sandbox.verify import BadRequest, verify
+
+    stream = cupy.cuda.Stream(non_blocking=True)  # our own: nothing else is ordered before our launches
+    try:
+        _warm_up(stream)
+    except Exception as exc:
+        conn.send(WorkerError("no_gpu", f"GPU {gpu_index} failed its warm-up: {exc!r}"))
+        return
+    device = describe_device(gpu_index)
+    conn.send(Heartbeat("ready"))
+    beat = _Beat(conn)
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return  # the caller is gone
+        if request is None:
+            return
+        modules = KernelModules()
+        try:
+            with stream:
+                if isinstance(request, DeviceInfoRequest):
+                    if request.measure_ceilings and device.ceilings is None:
+                        device = replace(device, ceilings=measure_ceilings(stream, beat))
+                    response: Any = device
+                elif isinstance(request, VerifyRequest):
+                    response = verify(request, modules, stream, beat)
+                elif isinstance(request, TimeRequest):
+                    if request.ceilings_bandwidth_gbs is None and device.ceilings is not None:
+                        request = _with_ceilings(request, device.ceilings)
+                    response = time_kernels(request, modules, stream, device.l2_bytes, beat)
+                else:
+                    response = WorkerError("bad_request", f"unknown request {type(request).__name__}")
+        except FatalCudaError as exc:
+            _die(conn, str(exc))
+            return
+        except CUDA_ERRORS as exc:  # raised outside a classified launch: ask the context
+            if context_is_broken():
+                _die(conn, f"{exc} (during {type(request).__name__})")
+                return
+            response = WorkerError("crash", f"CUDA error: {exc}")
+        except (BadRequest, LaunchError) as exc:
+            response = WorkerError("bad_request", str(exc))
+        except Exception as exc:  # a bug of ours: say where, keep serving
+            response = WorkerError("crash", f"worker error: {exc!r}\n{traceback.format_exc(limit=6)}")
+        finally:
+            modules.clear()
+            cupy.get_default_memory_pool().free_all_blocks()
+        conn.send(response)
+
+
+def _with_ceilings(request: TimeRequest, ceilings: Any) -> TimeRequest:
+    flop_dtype = request.problem.flop_dtype
+    return replace(
+        request,
+        ceilings_bandwidth_gbs=ceilings.copy_bandwidth_gbs,
+        ceilings_tflops=request.ceilings_tflops or ceilings.flops_tflops.get(flop_dtype),
+    )
+
+
+def _die(conn: Connection, message: str) -> None:
+    """The context is poisoned: every later call would fail. Report, then leave without CuPy's cleanup."""
+    try:
+        conn.send(WorkerError("cuda_error", message))
+        conn.close()
+    finally:
+        os._exit(3)

@@ -1,0 +1,102 @@
+"""The command line, run as a user runs it: the real console script, real compilers, no GPU."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gpu_unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+needs_no_gpu = pytest.mark.skipif(gpu_unavailable_reason() is None, reason="these check the no-GPU behaviour")
+
+
+def run(*args: str, cwd: Path = ROOT, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="160", CUDA_AGENT_CACHE_DIR=str(cache or ROOT / ".pytest-cache-dir"))
+    return subprocess.run(
+        [sys.executable, "-m", "cuda_agent", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@needs_no_gpu
+def test_check_without_gpu_still_compiles_and_says_why_it_stops(tmp_path: Path) -> None:
+    result = run("check", str(EXAMPLES / "elementwise.cu"), cache=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No GPU" in result.stdout
+    assert "relu" in result.stdout and "saxpy" in result.stdout
+    assert "nvrtc sm_90" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+@needs_no_gpu
+def test_host_headers_fall_back_to_nvcc(tmp_path: Path) -> None:
+    result = run("check", str(EXAMPLES / "softmax.cu"), cache=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "nvcc sm_90" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@needs_no_gpu
+def test_compile_error_is_reported_on_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.cu"
+    bad.write_text(
+        "__global__ void scale(const float* x, float* y, int n)\n"
+        "{\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) y[i] = 2.0f * xx[i];\n"
+        "}\n"
+    )
+    result = run("check", str(bad), cache=tmp_path)
+    assert result.returncode == 1
+    assert "bad.cu:4" in result.stdout
+    assert "xx" in result.stdout
+
+
+def test_missing_file_is_one_clear_line(tmp_path: Path) -> None:
+    result = run("check", str(tmp_path / "nope.cu"), cache=tmp_path)
+    assert result.returncode == 2
+    assert "nope.cu: no such file" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_kernel_lists_the_ones_there(tmp_path: Path) -> None:
+    result = run("check", str(EXAMPLES / "elementwise.cu"), "--kernel", "gelu", cache=tmp_path)
+    assert result.returncode == 2
+    assert "no kernel named 'gelu' (kernels: relu, saxpy)" in result.stderr
+
+
+def test_spec_error_names_file_line_and_column(tmp_path: Path) -> None:
+    source = (
+        (EXAMPLES / "transpose.cu")
+        .read_text()
+        .replace('dtype = "float32", shape = ["cols"', 'dtype = "flaot32", shape = ["cols"')
+    )
+    bad = tmp_path / "transpose.cu"
+    bad.write_text(source)
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "flaot32" in text)
+    column = source.splitlines()[line - 1].index('"flaot32"') + 1
+    result = run("check", str(bad), cache=tmp_path)
+    assert result.returncode != 0
+    assert f"transpose.cu:{line}:{column}:" in result.stderr
+    assert "float32" in result.stderr  # the suggestion
+    assert "Traceback" not in result.stderr
+
+
+@needs_no_gpu
+def test_doctor_without_gpu_reports_the_toolchain(tmp_path: Path) -> None:
+    result = run("doctor", cache=tmp_path)
+    assert result.returncode == 1
+    assert "NVRTC: 13." in result.stdout
+    assert "GPU:" in result.stdout
