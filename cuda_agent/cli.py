@@ -286,7 +286,8 @@ def cmd_compare(engine: Engine, args: argparse.Namespace) -> int:
         console.print(f"  rewrite   {timing_line(c.candidate)}")
         console.print(f"  decision  {c.decision}")
     style = "bold green" if result.faster else ("bold red" if not result.verified else "yellow")
-    console.print(f"[{style}]verdict: {verdict}[/]" + (f", {result.speedup:.2f}×" if result.speedup else ""))
+    speedup = f", {result.speedup:.2f}×" if result.speedup and result.verified else ""
+    console.print(f"[{style}]verdict: {verdict}[/]{speedup}")
     return 0 if result.verified else 1
 
 

@@ -38,8 +38,11 @@ def compile_line(result: CompileResult) -> str:
         parts.append(f"{res.registers} registers")
     if res.shared_bytes is not None:
         parts.append(f"{res.shared_bytes} B static shared")
-    spills = (res.spill_store_bytes or 0) + (res.spill_load_bytes or 0)
-    parts.append(f"[yellow]{spills} B spilled[/]" if spills else "no spills")
+    if res.stack_bytes:
+        parts.append(f"{res.stack_bytes} B stack")
+    if res.spill_store_bytes is not None or res.spill_load_bytes is not None:
+        spills = (res.spill_store_bytes or 0) + (res.spill_load_bytes or 0)
+        parts.append(f"[yellow]{spills} B spilled[/]" if spills else "no spills")
     return ", ".join(parts)
 
 
@@ -48,8 +51,8 @@ def failure_line(failure: CheckFailure) -> str:
     if failure.seed is not None:
         where.append(f"seed {failure.seed}")
     detail = []
-    if failure.bad_elements is not None:
-        detail.append(f"{failure.bad_elements:,} of {failure.total_elements or 0:,} elements")
+    if failure.bad_elements is not None and failure.total_elements:
+        detail.append(f"{failure.bad_elements:,} of {failure.total_elements:,} elements")
     if failure.max_abs_error is not None:
         detail.append(f"max abs error {failure.max_abs_error:.3g}")
     if failure.first_bad_index is not None:

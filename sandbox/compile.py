@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal, NamedTuple
 
-from cuda_agent.sandbox.nvcc import compile_with_nvcc, cubin_entry_names, find_nvcc
+from cuda_agent.sandbox.cubin import cubin_entry_names
+from cuda_agent.sandbox.nvcc import compile_with_nvcc, find_nvcc
 from cuda_agent.sandbox.nvrtc import NvrtcError, compile_with_nvrtc, nvrtc_unavailable_reason
 from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult
 

@@ -15,17 +15,16 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from cuda_agent.sandbox.cubin import relocation_target
 from cuda_agent.sandbox.plan import CompiledKernel
-from cuda_agent.sandbox.ptxas_info import parse_resource_usage, ptxas_diagnostics
+from cuda_agent.sandbox.ptxas_info import kernel_resources, ptxas_diagnostics
 from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult, Severity
 
 NVCC_TIMEOUT_S = 300.0
@@ -113,7 +112,7 @@ def compile_with_nvcc(
         backend="nvcc",
         arch=arch,
         flags=tuple(flags),
-        resources=parse_resource_usage(log, lowered),
+        resources=kernel_resources(log, cubin, lowered),
     )
     return CompileResult(True, compiled_kernel, tuple(diagnostics), "nvcc", seconds, log)
 
@@ -220,84 +219,3 @@ def _sarif_location(result: dict[str, Any]) -> tuple[str, int | None, int | None
 
 
 # --- the cubin's ELF symbol table ---------------------------------------------------------------
-
-_SHT_SYMTAB = 2
-_SHT_RELA = 4
-_SHT_REL = 9
-_STT_FUNC = 2
-_STO_CUDA_ENTRY = 0x10  # NVIDIA's st_other flag for a __global__ entry point
-
-
-@dataclass(frozen=True)
-class _Section:
-    kind: int
-    offset: int
-    size: int
-    link: int
-    info: int
-
-
-@dataclass(frozen=True)
-class _Symbol:
-    name: str
-    kind: int
-    other: int
-    section: int
-    value: int
-
-
-def _sections(elf: bytes) -> list[_Section]:
-    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:  # 64-bit little-endian, as cubins are
-        raise ValueError("not a 64-bit little-endian ELF file")
-    (table,) = struct.unpack_from("<Q", elf, 0x28)
-    entry_size, count = struct.unpack_from("<HH", elf, 0x3A)
-    sections = []
-    for index in range(count):
-        _name, kind, _flags, _address, offset, size, link, info = struct.unpack_from(
-            "<IIQQQQII", elf, table + index * entry_size
-        )
-        sections.append(_Section(kind, offset, size, link, info))
-    return sections
-
-
-def _symbols(elf: bytes, sections: list[_Section]) -> list[_Symbol]:
-    table = next((s for s in sections if s.kind == _SHT_SYMTAB), None)
-    if table is None:
-        return []
-    strings = sections[table.link].offset
-    symbols = []
-    for offset in range(table.offset, table.offset + table.size, 24):
-        name, info, other, section, value, _size = struct.unpack_from("<IBBHQQ", elf, offset)
-        text = elf[strings + name : elf.index(b"\0", strings + name)].decode(errors="replace")
-        symbols.append(_Symbol(text, info & 0xF, other, section, value))
-    return symbols
-
-
-def cubin_entry_names(cubin: bytes) -> set[str]:
-    """The __global__ kernels in a cubin, by symbol (what cuModuleGetFunction takes)."""
-    try:
-        symbols = _symbols(cubin, _sections(cubin))
-    except (ValueError, struct.error, IndexError):
-        return set()
-    return {s.name for s in symbols if s.kind == _STT_FUNC and s.other & _STO_CUDA_ENTRY}
-
-
-def relocation_target(cubin: bytes, symbol: str) -> str | None:
-    """The symbol that the data object `symbol` is relocated to point at, if any."""
-    try:
-        sections = _sections(cubin)
-        symbols = _symbols(cubin, sections)
-    except (ValueError, struct.error, IndexError):
-        return None
-    holder = next((s for s in symbols if s.name == symbol), None)
-    if holder is None:
-        return None
-    for section in sections:
-        if section.kind not in (_SHT_REL, _SHT_RELA) or section.info != holder.section:
-            continue
-        entry_size = 24 if section.kind == _SHT_RELA else 16
-        for offset in range(section.offset, section.offset + section.size, entry_size):
-            where, info = struct.unpack_from("<QQ", cubin, offset)
-            if where == holder.value and (info >> 32) < len(symbols):
-                return symbols[info >> 32].name
-    return None

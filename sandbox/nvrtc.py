@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cuda_agent.sandbox.plan import CompiledKernel
-from cuda_agent.sandbox.ptxas_info import parse_resource_usage, ptxas_diagnostics
+from cuda_agent.sandbox.ptxas_info import kernel_resources, ptxas_diagnostics
 from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult, Severity
 
 # NVRTC reports an unknown kernel name expression against this pseudo file.
@@ -176,7 +176,7 @@ def compile_with_nvrtc(
         backend="nvrtc",
         arch=arch,
         flags=tuple(flags),
-        resources=parse_resource_usage(log, lowered),
+        resources=kernel_resources(log, cubin, lowered),
     )
     return CompileResult(True, compiled_kernel, tuple(diagnostics), "nvrtc", seconds, log)
 

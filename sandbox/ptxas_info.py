@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from cuda_agent.sandbox.cubin import resource_usage
 from cuda_agent.sandbox.plan import ResourceUsage
 from cuda_agent.sandbox.reports import CompileDiagnostic
 
@@ -38,6 +39,12 @@ def parse_resource_usage(log: str, symbol: str) -> ResourceUsage:
             # ptxas leaves "bytes smem" out when the kernel has no static shared memory.
             usage.update(registers=int(match.group(1)), shared_bytes=int(shared.group(1)) if shared else 0)
     return ResourceUsage(**usage)
+
+
+def kernel_resources(log: str, cubin: bytes, symbol: str) -> ResourceUsage:
+    """What ptxas reported for `symbol`, else what the cubin itself records (registers, stack frame)."""
+    usage = parse_resource_usage(log, symbol)
+    return usage if usage.registers is not None else resource_usage(cubin, symbol)
 
 
 def ptxas_diagnostics(log: str) -> list[CompileDiagnostic]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from cuda_agent.sandbox import compile as compile_module
 from cuda_agent.sandbox.compile import Backend, compile_kernel
-from cuda_agent.sandbox.nvcc import cubin_entry_names, find_nvcc, sarif_results
+from cuda_agent.sandbox.cubin import cubin_entry_names
+from cuda_agent.sandbox.nvcc import find_nvcc, sarif_results
 from cuda_agent.sandbox.nvrtc import nvrtc_unavailable_reason
 from cuda_agent.sandbox.plan import CompiledKernel
 from cuda_agent.sandbox.ptxas_info import parse_resource_usage
@@ -360,3 +361,24 @@ def test_lowered_names_load_and_run_on_the_gpu(tmp_path: Path, backend: Backend)
         args = (y, np.int32(n)) if name == "negate" else (x, y, np.int32(n))
         function(((n + 255) // 256,), (256,), args)
         assert bool(cupy.all(y == want)), name
+
+
+def test_resources_are_read_from_the_cubin_when_the_log_is_silent() -> None:
+    """NVRTC 13.0 returns an empty log after its first program in a process (seen on the H200):
+    registers and stack frame must still be reported, from the cubin's own records."""
+    from cuda_agent.sandbox.cubin import resource_usage
+
+    source = """
+    extern "C" __global__ void local_array(const float* x, float* y, int n, int k) {
+        float a[64];
+        for (int j = 0; j < 64; ++j) a[j] = x[(threadIdx.x + j) % n];
+        y[threadIdx.x] = a[k & 63] + a[(k + 5) & 63];
+    }
+    """
+    result = compile_kernel(source, "local_array")
+    assert result.ok and result.kernel is not None
+    from_log = result.kernel.resources
+    from_cubin = resource_usage(result.kernel.cubin, result.kernel.lowered_name)
+    assert from_cubin.registers == from_log.registers and from_cubin.registers
+    assert from_cubin.stack_bytes == from_log.stack_bytes == 256
+    assert resource_usage(result.kernel.cubin, "no_such_kernel").registers is None
