@@ -52,8 +52,12 @@ class Tolerance:
     def default(dtype: str, reduction_length: int | None = None) -> Tolerance:
         atol, rtol = DEFAULT_TOLERANCE.get(dtype, (0.0, 0.0))
         if reduction_length and reduction_length > 1 and dtype in FLOAT_DTYPES:
-            # Rounding error of a sum grows about with the square root of its length.
-            atol *= math.sqrt(reduction_length)
+            # Rounding errors of a sum of K terms add up like a random walk: about sqrt(K) steps for
+            # bounded partial sums, but for zero-mean random inputs the partial sums themselves grow like
+            # sqrt(K), so the error of a float32 accumulator grows like u*K (u = 2^-24). Allow both,
+            # with a factor of 2 (a 16M-element atomic sum of N(0,1) values is off by about 1.0).
+            float32_accumulator = 0.0 if dtype == "float64" else 2.0 * 2.0**-24 * reduction_length
+            atol = max(atol * math.sqrt(reduction_length), float32_accumulator)
         return Tolerance(atol, rtol)
 
 
