@@ -18,7 +18,13 @@ from cuda_agent.agent.targets import KernelTarget, problems_for, with_block
 from cuda_agent.sandbox.client import Sandbox
 from cuda_agent.sandbox.compile import compile_kernel
 from cuda_agent.sandbox.plan import KernelUnderTest, LaunchPlan, Problem
-from cuda_agent.sandbox.protocol import TimeRequest, TimingResult, VerifyRequest
+from cuda_agent.sandbox.protocol import (
+    TimeRequest,
+    TimeTorchRequest,
+    TimingResult,
+    TorchTimingResult,
+    VerifyRequest,
+)
 from cuda_agent.sandbox.reports import (
     CompileResult,
     DeviceInfo,
@@ -250,6 +256,37 @@ class Engine:
                 comparison = replace(comparison, timed_output_failures=timed.failures, faster=False)
             result = replace(result, comparison=comparison)
         self.cache.set(key, result)
+        return result
+
+    def time_torch(
+        self, baseline: Baseline, budget_s: float | None = None, compile: bool = True
+    ) -> TorchTimingResult | WorkerError:
+        """The spec's PyTorch oracle at the benchmark size, timed eager and with `torch.compile`: what a
+        user would otherwise run, so what a rewrite is compared with. Cached by the problem and the device
+        like other results (the key does not see the torch version: clear the cache after upgrading it)."""
+        problem = baseline.problems[0] if baseline.problems else None
+        if problem is None or not problem.oracle:
+            return TorchTimingResult(None, None, "the spec has no PyTorch oracle: no reference to time")
+        device = self.device()
+        if isinstance(device, WorkerError):
+            return device
+        ceilings = device.ceilings
+        request = TimeTorchRequest(
+            problem,
+            budget_s=budget_s or self.settings.time_budget_s,
+            ceilings_bandwidth_gbs=ceilings.copy_bandwidth_gbs if ceilings else None,
+            ceilings_tflops=ceilings.flops_tflops.get(problem.flop_dtype) if ceilings else None,
+            compile=compile,
+        )
+        key = result_key("torch", request, self._device_key())
+        cached = self.cache.get(key)
+        if isinstance(cached, TorchTimingResult):
+            return cached
+        assert self._sandbox is not None
+        # torch.compile's long first call is announced by the worker's heartbeats, not taken for a hang.
+        result = self._sandbox.time_torch(request)
+        if isinstance(result, TorchTimingResult) and result.eager is not None:
+            self.cache.set(key, result)
         return result
 
     def _launches(self, baseline: Baseline, candidate: Candidate) -> tuple[LaunchPlan, ...] | WorkerError:

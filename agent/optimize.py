@@ -1,17 +1,42 @@
-"""One optimization job for one kernel: baseline, proposals, evaluation, the best verified rewrite."""
+"""One optimization job for one kernel: baseline, the search over proposals, the best verified rewrite."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Baseline, Engine, Progress
+from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
+from cuda_agent.agent.proposers.transforms import TRANSFORMS
+from cuda_agent.agent.rewrite import with_launch
+from cuda_agent.agent.search import SearchBudget, SearchOutcome, run_search
 from cuda_agent.agent.targets import KernelTarget
 
+
+def _launch_written(
+    propose: Callable[[KernelTarget], list[Candidate]],
+) -> Callable[[KernelTarget], list[Candidate]]:
+    """Idiom rewrites bring their own launch; write it into the file's spec, so that applying the
+    rewrite gives a file that re-reads with the launch it was verified with."""
+
+    def proposer(target: KernelTarget) -> list[Candidate]:
+        return [
+            replace(c, source=with_launch(target, c.launch, c.source)) if c.launch is not None else c
+            for c in propose(target)
+        ]
+
+    return proposer
+
+
+# Every offline proposer by name: `propose(target) -> list[Candidate]`, [] where it does not apply. Each
+# must also accept a target whose file is an earlier candidate's (the search combines them that way).
+# The search tries them interleaved, so the order only breaks ties. New proposers just add an entry.
 PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     "launch-config": propose_launch_configs,
+    **TRANSFORMS,
+    **{name: _launch_written(propose) for name, propose in IDIOM_PROPOSERS.items()},
 }
 
 
@@ -21,28 +46,37 @@ class OptimizeOutcome:
     results: tuple[CandidateResult, ...]
     best: CandidateResult | None  # verified and faster beyond noise
     explanation: str  # why this is the answer, in a sentence with numbers
+    search: SearchOutcome | None = None  # rounds, time, time to the first gain, why it stopped
 
 
 def optimize(
     engine: Engine,
     target: KernelTarget,
-    proposers: tuple[str, ...] = ("launch-config",),
+    proposers: tuple[str, ...] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    budget: SearchBudget | None = None,
+    budget_s: float | None = None,
 ) -> OptimizeOutcome:
+    """Search `proposers` (default: all of PROPOSERS) for the fastest verified rewrite of `target`, within
+    `budget` (or just `budget_s` seconds of search, the other limits at their defaults)."""
+    if budget is None and budget_s is not None:
+        budget = SearchBudget(seconds=budget_s)
     baseline = engine.baseline(target)
     if not baseline.usable:
         return OptimizeOutcome(baseline, (), None, explain_unusable(baseline))
-    candidates = [c for name in proposers for c in PROPOSERS[name](target)]
-    progress = Progress(kernel=target.kernel.name, total=len(candidates))
+    chosen = {name: PROPOSERS[name] for name in (proposers or tuple(PROPOSERS))}
+    progress = Progress(kernel=target.kernel.name)
 
-    def report(_: CandidateResult) -> None:
-        if on_progress is not None:
-            on_progress(progress)
+    def evaluate(
+        candidates: list[Candidate] | tuple[Candidate, ...], on_result: Callable[[CandidateResult], None]
+    ) -> list[CandidateResult]:
+        return engine.evaluate(baseline, candidates, on_result=on_result)
 
-    results = engine.evaluate(baseline, candidates, progress, on_result=report)
-    faster = [r for r in results if r.faster]
-    best = max(faster, key=lambda r: r.speedup or 0.0, default=None)
-    return OptimizeOutcome(baseline, tuple(results), best, explain(baseline, results, best))
+    search = run_search(target, chosen, evaluate, budget, progress, on_progress)
+    best = search.best
+    return OptimizeOutcome(
+        baseline, tuple(search.results), best, explain(baseline, search.results, best, search), search
+    )
 
 
 def explain_unusable(baseline: Baseline) -> str:
@@ -54,13 +88,25 @@ def explain_unusable(baseline: Baseline) -> str:
     return f"the original kernel fails its own checks: {baseline.verification.reason}"
 
 
-def explain(baseline: Baseline, results: list[CandidateResult], best: CandidateResult | None) -> str:
+def explain(
+    baseline: Baseline,
+    results: list[CandidateResult],
+    best: CandidateResult | None,
+    search: SearchOutcome | None = None,
+) -> str:
     verified = sum(r.verified for r in results)
+    searched = ""
+    if search is not None:
+        searched = f"; {len(results)} candidates in {search.rounds} round(s), {search.seconds:.1f} s"
+        if search.first_improvement_s is not None:
+            searched += f", first gain after {search.first_improvement_s:.1f} s"
+        if search.stop_reason:
+            searched += f"; stopped: {search.stop_reason}"
     if best is not None and best.comparison is not None:
         c = best.comparison
         return (
             f"{best.candidate.description}: {c.speedup:.2f}× faster "
-            f"({c.baseline.median_ms:.3f} ms → {c.candidate.median_ms:.3f} ms); {c.decision}"
+            f"({c.baseline.median_ms:.3f} ms → {c.candidate.median_ms:.3f} ms); {c.decision}{searched}"
         )
     timing = baseline.timing
     where = ""
@@ -68,4 +114,7 @@ def explain(baseline: Baseline, results: list[CandidateResult], best: CandidateR
         where = f"; the original already runs at {timing.roofline_fraction:.0%} of the measured roofline"
         if timing.bandwidth_gbs:
             where += f" ({timing.bandwidth_gbs:,.0f} GB/s)"
-    return f"no candidate was faster beyond the measured noise ({verified} of {len(results)} verified){where}"
+    return (
+        f"no candidate was faster beyond the measured noise ({verified} of {len(results)} verified){where}"
+        f"{searched}"
+    )

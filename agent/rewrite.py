@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import replace
 
 from cuda_agent.agent.device_source import replace_span
 from cuda_agent.agent.kernels import Span, find_launch_sites
-from cuda_agent.agent.spec import render_spec
+from cuda_agent.agent.spec import LaunchSpec, render_spec
 from cuda_agent.agent.targets import KernelTarget, with_block
 
 
@@ -49,6 +50,10 @@ def _config_with_block(config: tuple[str, ...], block: str) -> str:
     return ", ".join(parts)
 
 
+def _empty_span_at_end(span: Span) -> Span:
+    return replace(span, start_byte=span.end_byte, start_line=span.end_line, start_column=span.end_column)
+
+
 def _empty_span_at(span: Span) -> Span:
     return replace(span, end_byte=span.start_byte, end_line=span.start_line, end_column=span.start_column)
 
@@ -59,3 +64,35 @@ def unified_diff(old: str, new: str, path: str) -> str:
             old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=2
         )
     )
+
+
+def with_launch(target: KernelTarget, launch: LaunchSpec, source: str | None = None) -> str:
+    """The file with the kernel's whole launch (block, grid, dynamic shared memory) written where the
+    user will look for it: the spec's values, or, for an inferred spec, the spec written out above the
+    kernel. `source` is the file with the kernel already rewritten (the spec comment sits above the
+    kernel, so its positions are the same there); default: the target's own text. A rewrite that changes
+    how many threads cover the data uses this, so re-reading the file gives the launch it was verified
+    with. Host `<<<...>>>` sites are left alone."""
+    assert target.spec is not None
+    text = target.source if source is None else source
+    spec = replace(target.spec, launch=launch)
+    if target.spec.inferred:
+        return replace_span(text, _empty_span_at(target.kernel.span), render_spec(spec) + "\n")
+    old = target.spec.launch
+    spans = target.spec.value_spans
+    edits = []
+    if target.spec.block_span is not None and launch.block != old.block:
+        edits.append((target.spec.block_span, _block_text(launch.block)))
+    grid_span = spans.get(("launch", "grid"))
+    if grid_span is not None and launch.grid != old.grid:
+        edits.append((grid_span, "[" + ", ".join(json.dumps(g) for g in launch.grid) + "]"))
+    if launch.shared_bytes != old.shared_bytes:
+        shared_span = spans.get(("launch", "shared_bytes"))
+        value = json.dumps(str(launch.shared_bytes))
+        if shared_span is not None:
+            edits.append((shared_span, value))
+        elif grid_span is not None:  # not written before: a new line under the grid
+            edits.append((_empty_span_at_end(grid_span), f"\nshared_bytes = {value}"))
+    for span, new_text in sorted(edits, key=lambda e: e[0].start_byte, reverse=True):
+        text = replace_span(text, span, new_text)
+    return text

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,6 +24,7 @@ from cuda_agent.agent.engine import Engine, EngineSettings
 from cuda_agent.agent.engine import Progress as JobProgress
 from cuda_agent.agent.optimize import PROPOSERS, optimize
 from cuda_agent.agent.rewrite import unified_diff
+from cuda_agent.agent.search import SearchBudget
 from cuda_agent.agent.spec import SpecError
 from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
 from cuda_agent.sandbox.reports import DeviceInfo, WorkerError
@@ -72,6 +76,16 @@ def _parser() -> argparse.ArgumentParser:
         "--proposer", action="append", choices=sorted(PROPOSERS), help="default: all offline ones"
     )
     opt.add_argument("--write", action="store_true", help="apply the best verified rewrite to the file")
+    opt.add_argument(
+        "--budget-s",
+        type=float,
+        default=SearchBudget.seconds,
+        help="search time a kernel (default %(default)g s)",
+    )
+    opt.add_argument(
+        "--max-candidates", type=int, default=SearchBudget.candidates,
+        help="candidates evaluated a kernel (default %(default)d)",
+    )  # fmt: skip
     common(opt)
 
     compare = sub.add_parser("compare", help="verify NEW's kernel against OLD's and time both, interleaved")
@@ -83,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="GPU, driver, CUDA, NVRTC, nvcc, CuPy and measured ceilings")
     common(doctor)
+
+    bench = sub.add_parser("bench", help="optimize the bench suite and compare with torch.compile")
+    bench_main = _bench_main()
+    if bench_main is not None:
+        bench_main.add_arguments(bench)
+    common(bench)
     return parser
 
 
@@ -213,7 +233,8 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
                 bar.update(task, description=f"{p.kernel}: candidates", total=p.total, completed=p.done,
                            best=f"best {p.best_speedup:.2f}×")  # fmt: skip
 
-            outcome = optimize(engine, target, proposers, on_progress)
+            budget = SearchBudget(seconds=args.budget_s, candidates=args.max_candidates)
+            outcome = optimize(engine, target, proposers, on_progress, budget)
         console.print(baseline_table(outcome.baseline, gpu))
         if outcome.results:
             console.print(candidates_table(outcome.results))
@@ -313,6 +334,27 @@ def cmd_doctor(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_main() -> ModuleType | None:
+    """bench/ lives in the source tree, not in the wheel: import it from the checkout this runs from."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "bench" / "suite.py").is_file():
+        return None
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
+    return importlib.import_module("bench.__main__")
+
+
+def cmd_bench(engine: Engine, args: argparse.Namespace) -> int:
+    if _bench_main() is None:
+        raise UsageError("the bench suite ships with the source repository: run this from a checkout")
+    from bench.runner import run_bench
+
+    # The bench measures search times: unless asked, cached results would make every search look instant.
+    settings = replace(engine.settings, use_cache=args.cache and not args.no_cache)
+    with Engine(settings) as bench_engine:
+        return run_bench(bench_engine, args.kernels, args.budget_s, args.out, args.proposer, console)
+
+
 def _nvrtc_version() -> str:
     try:
         from cuda.bindings import nvrtc
@@ -323,4 +365,10 @@ def _nvrtc_version() -> str:
         return f"[yellow]unavailable ({exc})[/]"
 
 
-COMMANDS = {"check": cmd_check, "optimize": cmd_optimize, "compare": cmd_compare, "doctor": cmd_doctor}
+COMMANDS = {
+    "check": cmd_check,
+    "optimize": cmd_optimize,
+    "compare": cmd_compare,
+    "doctor": cmd_doctor,
+    "bench": cmd_bench,
+}

@@ -27,7 +27,9 @@ from cuda_agent.sandbox.protocol import (
     DeviceInfoRequest,
     Heartbeat,
     TimeRequest,
+    TimeTorchRequest,
     TimingResult,
+    TorchTimingResult,
     VerifyRequest,
 )
 from cuda_agent.sandbox.reports import DeviceInfo, VerificationReport, WorkerError
@@ -144,6 +146,13 @@ class Sandbox:
                 ceilings_bandwidth_gbs=ceilings.copy_bandwidth_gbs,
                 ceilings_tflops=request.ceilings_tflops or flop_rate,
             )
+        return self._request(request, on_heartbeat)
+
+    def time_torch(
+        self, request: TimeTorchRequest, on_heartbeat: OnHeartbeat | None = None
+    ) -> TorchTimingResult | WorkerError:
+        """The problem's PyTorch oracle timed eager and under torch.compile (the compiler a user would
+        otherwise reach for)."""
         return self._request(request, on_heartbeat)
 
     def _request(self, message: object, on_heartbeat: OnHeartbeat | None) -> Any:

@@ -64,6 +64,28 @@ class TimingResult:
 
 
 @dataclass(frozen=True)
+class TimeTorchRequest:
+    """Answered with TorchTimingResult: the problem's PyTorch oracle, as a function of its inputs, timed
+    with torch eager and with `torch.compile` (what a user would otherwise reach for). Timed like kernels:
+    warm-up, fresh inputs and a flushed L2 before every run, CUDA events; compile time excluded."""
+
+    problem: Problem
+    budget_s: float = 0.6  # timed work per variant
+    min_runs: int = 10
+    max_runs: int = 500
+    ceilings_bandwidth_gbs: float | None = None  # None: the worker's measured ones, when it has them
+    ceilings_tflops: float | None = None
+    compile: bool = True  # False: eager only (skips tens of seconds of compiling)
+
+
+@dataclass(frozen=True)
+class TorchTimingResult:
+    eager: TimingReport | None  # None when the expression failed (see note)
+    compiled: TimingReport | None  # None when torch.compile failed or was not asked for (see note)
+    note: str = ""  # what was timed and anything that went wrong, for a person
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Sent by the worker after every synchronised launch, so the caller can tell slow from hung."""
 
@@ -72,5 +94,5 @@ class Heartbeat:
     expect_silence_s: float = 0.0
 
 
-Request = DeviceInfoRequest | VerifyRequest | TimeRequest
-Response = DeviceInfo | VerificationReport | TimingResult | WorkerError
+Request = DeviceInfoRequest | VerifyRequest | TimeRequest | TimeTorchRequest
+Response = DeviceInfo | VerificationReport | TimingResult | TorchTimingResult | WorkerError

@@ -17,7 +17,13 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from cuda_agent.sandbox.protocol import DeviceInfoRequest, Heartbeat, TimeRequest, VerifyRequest
+from cuda_agent.sandbox.protocol import (
+    DeviceInfoRequest,
+    Heartbeat,
+    TimeRequest,
+    TimeTorchRequest,
+    VerifyRequest,
+)
 from cuda_agent.sandbox.reports import WorkerError
 
 BEAT_INTERVAL_S = 0.2  # heartbeats are throttled to this; the caller's silence limit is seconds
@@ -154,6 +160,13 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
                     if request.ceilings_bandwidth_gbs is None and device.ceilings is not None:
                         request = _with_ceilings(request, device.ceilings)
                     response = time_kernels(request, modules, stream, device.l2_bytes, beat)
+                elif isinstance(request, TimeTorchRequest):
+                    from cuda_agent.sandbox.torch_timing import time_torch  # torch only when asked
+
+                    if request.ceilings_bandwidth_gbs is None and device.ceilings is not None:
+                        # Same field names as TimeRequest's, so the same filling applies.
+                        request = _with_ceilings(request, device.ceilings)  # type: ignore[arg-type]
+                    response = time_torch(request, stream, device.l2_bytes, beat)
                 else:
                     response = WorkerError("bad_request", f"unknown request {type(request).__name__}")
         except FatalCudaError as exc:

@@ -81,7 +81,8 @@ class TomlLocator:
         return path
 
     def _pair(self, pair: tree_sitter.Node, base: KeyPath) -> None:
-        named = pair.named_children
+        # A comment after the value on the same line is a child of the pair too: never take it as the value.
+        named = [child for child in pair.named_children if child.type != "comment"]
         if len(named) < 2 or named[0].type not in _KEY_TYPES:
             return
         path = self._key(named[0], base)

@@ -1,0 +1,24 @@
+"""Idioms recognised from the syntax tree and replaced by known-good implementations.
+
+Each module's `propose(target)` returns candidates (empty when the kernel is not that idiom). The
+rewrite keeps the kernel's name and signature, writes the template in the user's names, and brings its
+own launch (`Candidate.launch`); everything outside the kernel body stays byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.idioms import atomic_reduction, histogram, matmul, row_wise, transpose
+from cuda_agent.agent.targets import KernelTarget
+
+IDIOM_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
+    atomic_reduction.PROPOSER: atomic_reduction.propose,
+    histogram.PROPOSER: histogram.propose,
+    row_wise.PROPOSER: row_wise.propose,
+    transpose.PROPOSER: transpose.propose,
+    matmul.PROPOSER: matmul.propose,
+}
+
+__all__ = ["IDIOM_PROPOSERS"]

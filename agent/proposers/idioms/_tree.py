@@ -1,0 +1,550 @@
+"""What every idiom needs: the kernel's syntax tree, index and guard shapes, and building the candidate.
+
+Recognition reads the tree-sitter tree of the kernel body; nothing here matches the source with
+regexes. Templates are written in the user's names (parameters, index variables, accumulators), so
+the rewrite reads as the user's own kernel made faster, and the signature is never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.device_source import replace_span
+from cuda_agent.agent.kernels import Parameter, parse_cuda
+from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.targets import KernelTarget
+from tree_sitter import Node
+
+FULL_MASK = "0xffffffffu"
+# Blocks that saturate an H200 (132 SMs) with grid-stride loops, without oversubscribing.
+RESIDENT_BLOCKS = 132 * 8
+
+
+@dataclass(frozen=True)
+class KernelTree:
+    """The parsed kernel: its body node and the bytes the nodes index into."""
+
+    target: KernelTarget
+    data: bytes
+    body: Node
+
+    def text(self, node: Node) -> str:
+        return self.data[node.start_byte : node.end_byte].decode("utf-8")
+
+    def parameter(self, name: str) -> Parameter | None:
+        return next((p for p in self.target.kernel.parameters if p.name == name), None)
+
+    def names(self) -> set[str]:
+        """Every identifier the kernel (signature and body) uses: the names a template must not take."""
+        names = {p.name for p in self.target.kernel.parameters}
+        return names | identifiers(self.body)
+
+
+def kernel_tree(target: KernelTarget) -> KernelTree | None:
+    """The kernel's body, for a kernel we can rewrite: parsed cleanly, not a template, with a spec."""
+    kernel = target.kernel
+    if target.spec is None or kernel.has_errors or kernel.template_parameters or kernel.template_arguments:
+        return None
+    data = target.source.encode("utf-8")
+    root = parse_cuda(data).root_node
+    body = root.descendant_for_byte_range(kernel.body_span.start_byte, kernel.body_span.end_byte)
+    while body is not None and body.type != "compound_statement":
+        body = body.parent
+    if body is None or (body.start_byte, body.end_byte) != (
+        kernel.body_span.start_byte,
+        kernel.body_span.end_byte,
+    ):
+        return None
+    return KernelTree(target, data, body)
+
+
+# -- walking -------------------------------------------------------------------------------------------
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """The node and all its descendants, comments skipped, in source order."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current.type == "comment":
+            continue
+        yield current
+        stack.extend(reversed(current.children))
+
+
+def identifiers(node: Node) -> set[str]:
+    return {n.text.decode() for n in walk(node) if n.type == "identifier" and n.text is not None}
+
+
+def statements(block: Node) -> list[Node]:
+    """The statements of a compound statement, or the statement itself; comments dropped."""
+    if block.type == "compound_statement":
+        return [child for child in block.named_children if child.type != "comment"]
+    return [block]
+
+
+def strip_parens(node: Node) -> Node:
+    while node.type == "parenthesized_expression" and node.named_child_count == 1:
+        node = node.named_children[0]
+    return node
+
+
+def calls(node: Node, names: Iterable[str]) -> list[Node]:
+    wanted = set(names)
+    return [
+        n
+        for n in walk(node)
+        if n.type == "call_expression"
+        and (fn := n.child_by_field_name("function")) is not None
+        and fn.text is not None
+        and fn.text.decode() in wanted
+    ]
+
+
+def arguments(call: Node) -> list[Node]:
+    args = call.child_by_field_name("arguments")
+    return [a for a in args.named_children if a.type != "comment"] if args is not None else []
+
+
+def subscript_parts(node: Node) -> tuple[str, Node] | None:
+    """`x[i]` -> ("x", i-node); None for anything else (or a multi-dimensional subscript)."""
+    node = strip_parens(node)
+    if node.type != "subscript_expression":
+        return None
+    array = node.child_by_field_name("argument")
+    indices = node.child_by_field_name("indices")
+    if array is None or indices is None or array.type != "identifier":
+        return None
+    named = [n for n in indices.named_children if n.type != "comment"]
+    if len(named) != 1:
+        return None
+    return array.text.decode() if array.text else "", named[0]
+
+
+# -- shapes of index expressions -----------------------------------------------------------------------
+
+
+def _field(node: Node) -> tuple[str, str] | None:
+    node = strip_parens(node)
+    if node.type != "field_expression":
+        return None
+    base, field = node.child_by_field_name("argument"), node.child_by_field_name("field")
+    if base is None or field is None or base.text is None or field.text is None:
+        return None
+    return base.text.decode(), field.text.decode()
+
+
+def _operands(node: Node, operator: str) -> list[Node]:
+    """The operands of a chain of one associative operator: a + b + c -> [a, b, c]."""
+    node = strip_parens(node)
+    op = node.child_by_field_name("operator")
+    if node.type == "binary_expression" and op is not None and op.type == operator:
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        assert left is not None and right is not None
+        return _operands(left, operator) + _operands(right, operator)
+    return [node]
+
+
+def global_index_axis(node: Node) -> str | None:
+    """'x' for `blockIdx.x * blockDim.x + threadIdx.x` (any order, parentheses, casts to int)."""
+    node = strip_parens(node)
+    if node.type == "cast_expression" and (value := node.child_by_field_name("value")) is not None:
+        node = strip_parens(value)
+    terms = _operands(node, "+")
+    if len(terms) != 2:
+        return None
+    for thread, product in (terms, terms[::-1]):
+        axis = _field(thread)
+        factors = sorted(f for f in (_field(t) for t in _operands(product, "*")) if f is not None)
+        if axis is None or axis[0] != "threadIdx" or len(_operands(product, "*")) != 2:
+            continue
+        if factors == [("blockDim", axis[1]), ("blockIdx", axis[1])]:
+            return axis[1]
+    return None
+
+
+def index_variables(body: Node) -> dict[str, tuple[str, Node]]:
+    """Top-level `int i = blockIdx.x * blockDim.x + threadIdx.x;` declarations: name -> (axis, statement)."""
+    found: dict[str, tuple[str, Node]] = {}
+    for statement in statements(body):
+        if statement.type != "declaration":
+            continue
+        for declarator in statement.children_by_field_name("declarator"):
+            name, value = (
+                declarator.child_by_field_name("declarator"),
+                declarator.child_by_field_name("value"),
+            )
+            if declarator.type == "init_declarator" and name is not None and value is not None:
+                axis = global_index_axis(value)
+                if axis is not None and name.type == "identifier" and name.text is not None:
+                    found[name.text.decode()] = (axis, statement)
+    return found
+
+
+Monomial = tuple[str, ...]
+
+
+def linear_form(node: Node) -> dict[Monomial, int] | None:
+    """An integer index as a sum of products of names: `(y - 1) * W + x` -> {(W, y): 1, (W,): -1, (x,): 1}.
+    None when it is not a polynomial in names and integer literals (calls, subscripts, divisions)."""
+    node = strip_parens(node)
+    if node.type == "number_literal" and node.text is not None:
+        text = node.text.decode().rstrip("uUlL")
+        return {(): int(text, 0)} if text.isdigit() or text.startswith("0x") else None
+    if node.type == "identifier" and node.text is not None:
+        return {(node.text.decode(),): 1}
+    if node.type == "cast_expression" and (value := node.child_by_field_name("value")) is not None:
+        return linear_form(value)
+    if node.type == "unary_expression":
+        op, arg = node.child_by_field_name("operator"), node.child_by_field_name("argument")
+        inner = linear_form(arg) if arg is not None else None
+        if op is None or inner is None or op.type not in "+-":
+            return None
+        return {m: -c for m, c in inner.items()} if op.type == "-" else inner
+    if node.type != "binary_expression":
+        return None
+    op = node.child_by_field_name("operator")
+    left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+    a = linear_form(left) if left is not None else None
+    b = linear_form(right) if right is not None else None
+    if op is None or a is None or b is None:
+        return None
+    result: dict[Monomial, int] = {}
+    if op.type in ("+", "-"):
+        sign = 1 if op.type == "+" else -1
+        for m, c in a.items():
+            result[m] = result.get(m, 0) + c
+        for m, c in b.items():
+            result[m] = result.get(m, 0) + sign * c
+    elif op.type == "*":
+        for ma, ca in a.items():
+            for mb, cb in b.items():
+                key = tuple(sorted(ma + mb))
+                result[key] = result.get(key, 0) + ca * cb
+    else:
+        return None
+    return {m: c for m, c in result.items() if c != 0}
+
+
+# -- guards --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """The statements a thread runs after its bounds check, and the bounds: index name -> bound text."""
+
+    bounds: dict[str, str]
+    statements: list[Node]
+    prefix: list[Node]  # the statements before the check (index declarations and the like)
+
+
+def _bounds(condition: Node, negated: bool, tree: KernelTree) -> dict[str, str] | None:
+    """`i < n && j < m` (or, negated, `i >= n || j >= m`) -> {i: n, j: m}."""
+    joiner, compare, flipped = ("||", ">=", "<=") if negated else ("&&", "<", ">")
+    found: dict[str, str] = {}
+    for part in _operands(strip_parens(condition), joiner):
+        op = part.child_by_field_name("operator")
+        left, right = part.child_by_field_name("left"), part.child_by_field_name("right")
+        if part.type != "binary_expression" or op is None or left is None or right is None:
+            return None
+        left, right = strip_parens(left), strip_parens(right)
+        if op.type == compare and left.type == "identifier":
+            found[tree.text(left)] = tree.text(right)
+        elif op.type == flipped and right.type == "identifier":
+            found[tree.text(right)] = tree.text(left)
+        else:
+            return None
+    return found
+
+
+def guarded_region(tree: KernelTree) -> Guarded | None:
+    """The kernel as `prefix; if (i >= n) return; rest` or `prefix; if (i < n) { rest }` (the if last)."""
+    body = statements(tree.body)
+    for position, statement in enumerate(body):
+        if statement.type != "if_statement" or statement.child_by_field_name("alternative") is not None:
+            continue
+        condition = statement.child_by_field_name("condition")
+        consequence = statement.child_by_field_name("consequence")
+        if condition is None or consequence is None:
+            return None
+        value = condition.named_children[0] if condition.named_children else None
+        if value is None:
+            return None
+        inner = statements(consequence)
+        if len(inner) == 1 and inner[0].type == "return_statement" and inner[0].named_child_count == 0:
+            bounds = _bounds(value, negated=True, tree=tree)
+            rest = body[position + 1 :]
+        elif position == len(body) - 1:
+            bounds = _bounds(value, negated=False, tree=tree)
+            rest = inner
+        else:
+            return None
+        return Guarded(bounds, rest, body[:position]) if bounds else None
+    return None
+
+
+# -- spec expressions ----------------------------------------------------------------------------------
+
+
+def size_expression(tree: KernelTree, name: str) -> str | None:
+    """The spec expression a scalar parameter takes (`"rows"`, `"n * 2"`, `4096`), parenthesised;
+    None when it is not a scalar with a fixed value (then the grid cannot be written from it)."""
+    spec = tree.target.spec
+    argument = spec.argument(name) if spec is not None else None
+    if argument is None or argument.role != "scalar" or argument.value is None:
+        return None
+    if isinstance(argument.value, float):
+        return None
+    return f"({argument.value})"
+
+
+def fresh_names(taken: set[str], *wanted: str) -> list[str]:
+    """The wanted local names, each with `_` appended until it clashes with nothing the user wrote."""
+    result = []
+    for name in wanted:
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        result.append(name)
+    return result
+
+
+def local_names(tree: KernelTree, *wanted: str) -> dict[str, str]:
+    """Template placeholder -> the local name to use for it in this kernel (see `fresh_names`)."""
+    return dict(zip(wanted, fresh_names(tree.names(), *wanted), strict=True))
+
+
+def element_type(parameter: Parameter | None) -> str | None:
+    """`float` for `const float* __restrict__ x`; None for non-pointers and pointers to pointers."""
+    if parameter is None or parameter.pointer_depth != 1:
+        return None
+    return parameter.type
+
+
+# -- the candidate -------------------------------------------------------------------------------------
+
+
+def indent(lines: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line if line.strip() else "" for line in lines.splitlines())
+
+
+def build_candidate(
+    tree: KernelTree,
+    *,
+    body: str,
+    launch: LaunchSpec,
+    description: str,
+    proposer: str,
+    helpers: str = "",
+    assumptions: tuple[str, ...] = (),
+) -> Candidate:
+    """The file with the kernel's body replaced (the signature untouched) and helper device functions
+    right above the kernel; everything else, the spec included, stays byte for byte."""
+    kernel = tree.target.kernel
+    text = replace_span(tree.target.source, kernel.body_span, body)
+    if helpers:
+        start = kernel.span
+        at_start = replace(start, end_byte=start.start_byte)
+        text = replace_span(text, at_start, helpers.rstrip("\n") + "\n\n")
+    return Candidate(
+        source=text,
+        block=launch.block,
+        description=description,
+        proposer=proposer,
+        assumptions=assumptions,
+        launch=launch,
+    )
+
+
+# -- loops and accumulations ---------------------------------------------------------------------------
+
+SUM, MAX, MIN = "sum", "max", "min"
+# The combining functions a first draft writes, by the reduction they perform.
+COMBINERS = {"fmaxf": MAX, "fmax": MAX, "max": MAX, "fminf": MIN, "fmin": MIN, "min": MIN}
+ZERO_LITERALS = frozenset({"0", "0.0", "0.0f", "0.f", "0.0F", "0.F", "0u", "0.", "0.0L"})
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """`acc += value`, `acc = acc + value`, `acc = fmaxf(acc, value)`: what is folded into which name."""
+
+    name: str
+    kind: str  # SUM, MAX or MIN
+    combiner: str  # "+" or the function the user called ("fmaxf"), to combine partials the same way
+    value: Node  # the folded expression
+    statement: Node
+
+
+def accumulation(statement: Node, tree: KernelTree) -> Accumulation | None:
+    """The accumulation an expression statement performs, if it is one (`-=` is a sum of negations)."""
+    if statement.type != "expression_statement" or statement.named_child_count != 1:
+        return None
+    expression = strip_parens(statement.named_children[0])
+    if expression.type != "assignment_expression":
+        return None
+    left, op, right = (expression.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or op is None or right is None or left.type != "identifier":
+        return None
+    name = tree.text(left)
+    if op.type == "+=":
+        return Accumulation(name, SUM, "+", right, statement)
+    if op.type != "=":
+        return None
+    right = strip_parens(right)
+    if right.type == "binary_expression":
+        plus = right.child_by_field_name("operator")
+        a, b = right.child_by_field_name("left"), right.child_by_field_name("right")
+        if plus is None or plus.type != "+" or a is None or b is None:
+            return None
+        for mine, other in ((a, b), (b, a)):
+            if strip_parens(mine).type == "identifier" and tree.text(strip_parens(mine)) == name:
+                return Accumulation(name, SUM, "+", other, statement)
+        return None
+    if right.type == "call_expression":
+        function = right.child_by_field_name("function")
+        args = arguments(right)
+        combiner = tree.text(function) if function is not None else ""
+        if combiner not in COMBINERS or len(args) != 2:
+            return None
+        for mine, other in ((args[0], args[1]), (args[1], args[0])):
+            if strip_parens(mine).type == "identifier" and tree.text(strip_parens(mine)) == name:
+                return Accumulation(name, COMBINERS[combiner], combiner, other, statement)
+    return None
+
+
+@dataclass(frozen=True)
+class CountedLoop:
+    """`for (int k = start; k < bound; ++k) body`: a unit-step loop over one integer."""
+
+    variable: str
+    start: Node
+    bound: Node
+    body: Node
+    declares: bool  # `int k = ...` in the header (else `k = ...` assigns an outer variable)
+    node: Node
+
+
+def counted_loop(node: Node, tree: KernelTree) -> CountedLoop | None:
+    if node.type != "for_statement":
+        return None
+    init, condition, update, body = (
+        node.child_by_field_name(f) for f in ("initializer", "condition", "update", "body")
+    )
+    if init is None or condition is None or update is None or body is None:
+        return None
+    declares = init.type == "declaration"
+    if declares:
+        declarators = init.children_by_field_name("declarator")
+        if len(declarators) != 1 or declarators[0].type != "init_declarator":
+            return None
+        name_node, start = (
+            declarators[0].child_by_field_name("declarator"),
+            declarators[0].child_by_field_name("value"),
+        )
+    elif (
+        init.type == "assignment_expression"
+        and tree.text(init.child_by_field_name("operator") or init) == "="
+    ):
+        name_node, start = init.child_by_field_name("left"), init.child_by_field_name("right")
+    else:
+        return None
+    if name_node is None or start is None or name_node.type != "identifier":
+        return None
+    variable = tree.text(name_node)
+    condition = strip_parens(condition)
+    op = condition.child_by_field_name("operator")
+    left, bound = condition.child_by_field_name("left"), condition.child_by_field_name("right")
+    if condition.type != "binary_expression" or op is None or op.type != "<" or left is None or bound is None:
+        return None
+    if tree.text(strip_parens(left)) != variable or variable in identifiers(bound):
+        return None
+    if not _unit_step(update, variable, tree):
+        return None
+    return CountedLoop(variable, start, bound, body, declares, node)
+
+
+def _unit_step(update: Node, variable: str, tree: KernelTree) -> bool:
+    if update.type == "update_expression":
+        op, arg = update.child_by_field_name("operator"), update.child_by_field_name("argument")
+        return op is not None and op.type == "++" and arg is not None and tree.text(arg) == variable
+    if update.type == "assignment_expression":
+        op, left, right = (update.child_by_field_name(f) for f in ("operator", "left", "right"))
+        return (
+            op is not None
+            and op.type == "+="
+            and left is not None
+            and tree.text(left) == variable
+            and right is not None
+            and tree.text(right).strip() == "1"
+        )
+    return False
+
+
+def declared_names(node: Node, tree: KernelTree) -> set[str]:
+    """Names declared anywhere inside the node (locals), loop variables included."""
+    names = set()
+    for n in walk(node):
+        if n.type == "declaration":
+            for declarator in n.children_by_field_name("declarator"):
+                inner = declarator
+                while inner is not None and inner.type != "identifier":
+                    inner = inner.child_by_field_name("declarator")
+                if inner is not None:
+                    names.add(tree.text(inner))
+    return names
+
+
+def single_declaration(node: Node, tree: KernelTree) -> tuple[str, str, Node | None] | None:
+    """`float acc = 0.0f;` -> ("float", "acc", value node); None for several declarators or arrays."""
+    if node.type != "declaration":
+        return None
+    declarators = node.children_by_field_name("declarator")
+    type_node = node.child_by_field_name("type")
+    if len(declarators) != 1 or type_node is None:
+        return None
+    declarator = declarators[0]
+    if declarator.type == "identifier":
+        return tree.text(type_node), tree.text(declarator), None
+    name = declarator.child_by_field_name("declarator")
+    if declarator.type != "init_declarator" or name is None or name.type != "identifier":
+        return None
+    return tree.text(type_node), tree.text(name), declarator.child_by_field_name("value")
+
+
+def writes(node: Node, tree: KernelTree) -> list[Node]:
+    """The targets of every assignment and ++/-- inside the node."""
+    found = []
+    for n in walk(node):
+        if n.type == "assignment_expression" and (left := n.child_by_field_name("left")) is not None:
+            found.append(strip_parens(left))
+        elif n.type == "update_expression" and (arg := n.child_by_field_name("argument")) is not None:
+            found.append(strip_parens(arg))
+    return found
+
+
+def has_any(node: Node, types: Iterable[str]) -> bool:
+    wanted = set(types)
+    return any(n.type in wanted for n in walk(node))
+
+
+# -- editing the body in place -------------------------------------------------------------------------
+
+Edit = tuple[int, int, str]  # file byte range and its new text (an insertion when the range is empty)
+
+
+def apply_edits(tree: KernelTree, edits: list[Edit]) -> str:
+    """The kernel body's text with the edits applied (ranges in file bytes, none overlapping)."""
+    start, data = tree.body.start_byte, tree.data
+    text = data[start : tree.body.end_byte]
+    for begin, end, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        text = text[: begin - start] + new.encode("utf-8") + text[end - start :]
+    return text.decode("utf-8")
+
+
+def line_indent(tree: KernelTree, node: Node) -> str:
+    """The whitespace that starts the node's line."""
+    line_start = tree.data.rfind(b"\n", 0, node.start_byte) + 1
+    prefix = tree.data[line_start : node.start_byte].decode("utf-8")
+    return prefix[: len(prefix) - len(prefix.lstrip())]

@@ -1,0 +1,123 @@
+"""A sum/max/min into one address with a global atomic per element -> one atomic per block.
+
+Recognised: a thread-per-element kernel (`i` from blockIdx/threadIdx, bounds-checked) whose only store is
+one `atomicAdd(p, v)` / `atomicMax` / `atomicMin` to an address that does not depend on the element
+(`p`, `&p[0]`), with any per-element work around it (declarations, conditions: `if (x[i] > 0)`).
+
+Rewritten: a grid-stride loop folds the elements into a register (the atomic becomes `acc += v`),
+then `__shfl_down_sync` reduces each warp, one shared-memory slot per warp collects the warps, the first
+warp reduces those, and one thread issues the block's single atomic to the user's address. The grid is
+capped at what the GPU holds at once, so the atomics on one address fall from n to about a thousand.
+"""
+
+from __future__ import annotations
+
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.idioms._grid_stride import (
+    ElementLoop,
+    element_loop,
+    grid_stride_header,
+    loop_body,
+)
+from cuda_agent.agent.proposers.idioms._tree import (
+    FULL_MASK,
+    RESIDENT_BLOCKS,
+    KernelTree,
+    build_candidate,
+    element_type,
+    identifiers,
+    kernel_tree,
+    local_names,
+    strip_parens,
+)
+from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.targets import KernelTarget
+
+PROPOSER = "idiom:atomic-reduction"
+BLOCK = 256
+# The identity of each reduction, per element type (NVRTC has no <climits>: the limits are spelled out).
+_INT_MIN, _LL_MIN = "(-2147483647 - 1)", "(-9223372036854775807ll - 1)"
+_MAX_IDENTITY = {"int": _INT_MIN, "unsigned int": "0u", "unsigned": "0u", "long long": _LL_MIN}
+_MIN_IDENTITY = {"int": "2147483647", "unsigned int": "0xffffffffu", "unsigned": "0xffffffffu"}
+IDENTITY = {
+    "atomicAdd": {"float": "0.0f", "double": "0.0", "int": "0", "unsigned int": "0u", "unsigned": "0u"},
+    "atomicMax": {**_MAX_IDENTITY, "unsigned long long": "0ull"},
+    "atomicMin": {**_MIN_IDENTITY, "long long": "9223372036854775807ll", "unsigned long long": "~0ull"},
+}
+
+
+def propose(target: KernelTarget) -> list[Candidate]:
+    tree = kernel_tree(target)
+    loop = element_loop(tree) if tree is not None else None
+    if tree is None or loop is None or target.spec is None:
+        return []
+    pointer = _single_address(tree, loop)
+    element = element_type(tree.parameter(pointer)) if pointer else None
+    identity = IDENTITY.get(loop.function, {}).get(element or "")
+    if element is None or identity is None:
+        return []
+    launch = LaunchSpec(block=(BLOCK,), grid=(f"min({target.spec.launch.grid[0]}, {RESIDENT_BLOCKS})",))
+    assumptions = ("the elements are combined in another order (float sums: within the spec's tolerance)",)
+    return [
+        build_candidate(
+            tree,
+            body=_body(tree, loop, element, identity),
+            launch=launch,
+            description="grid-stride loop, warp-shuffle and block reduction, one atomic per block",
+            proposer=PROPOSER,
+            assumptions=assumptions if loop.function == "atomicAdd" else (),
+        )
+    ]
+
+
+def _single_address(tree: KernelTree, loop: ElementLoop) -> str | None:
+    """`p` for `p` or `&p[0]`: the atomic always hits the same element of a pointer parameter."""
+    address = strip_parens(loop.address)
+    if address.type == "pointer_expression":
+        inner = address.child_by_field_name("argument")
+        if inner is None or inner.type != "subscript_expression":
+            return None
+        array, indices = inner.child_by_field_name("argument"), inner.child_by_field_name("indices")
+        index = indices.named_children[0] if indices is not None and indices.named_children else None
+        if array is None or index is None or tree.text(index).strip() != "0":
+            return None
+        address = array
+    if address.type != "identifier" or tree.parameter(tree.text(address)) is None:
+        return None
+    # Nothing but the pointer in the address: the same element for every thread.
+    return tree.text(address) if not identifiers(loop.address) - {tree.text(address)} else None
+
+
+def _body(tree: KernelTree, loop: ElementLoop, element: str, identity: str) -> str:
+    n = local_names(tree, "acc", "partial", "lane", "warp", "offset")
+    acc = n["acc"]
+    value = tree.text(loop.value)
+    if loop.function == "atomicAdd":
+        fold, combine = f"{acc} += {value}", f"{acc} += {{shuffled}};"
+    else:
+        op = "max" if loop.function == "atomicMax" else "min"
+        fold = f"{acc} = {op}({acc}, static_cast<{element}>({value}))"
+        combine = f"{acc} = {op}({acc}, {{shuffled}});"
+    shuffled = f"__shfl_down_sync({FULL_MASK}, {acc}, {n['offset']})"
+    warp_reduce = f"for (int {n['offset']} = 16; {n['offset']} > 0; {n['offset']} >>= 1) " + combine.format(
+        shuffled=shuffled
+    )
+    return f"""{{
+    // Each thread folds its elements into a register; the block combines them and adds once.
+    {element} {acc} = {identity};
+    {grid_stride_header(loop)} {{
+{loop_body(tree, loop, fold, "        ")}
+    }}
+
+    // Warp, then block: lane 0 of each warp leaves its partial in shared memory; warp 0 combines them.
+    __shared__ {element} {n["partial"]}[32];
+    const int {n["lane"]} = threadIdx.x % 32, {n["warp"]} = threadIdx.x / 32;
+    {warp_reduce}
+    if ({n["lane"]} == 0) {n["partial"]}[{n["warp"]}] = {acc};
+    __syncthreads();
+    if ({n["warp"]} == 0) {{
+        {acc} = {n["lane"]} < (blockDim.x + 31) / 32 ? {n["partial"]}[{n["lane"]}] : {identity};
+        {warp_reduce}
+        if ({n["lane"]} == 0) {loop.function}({tree.text(loop.address)}, {acc});
+    }}
+}}"""

@@ -1,0 +1,278 @@
+"""The offline search: propose, evaluate in batches, keep the best verified rewrites, combine what helped.
+
+Round 1 runs every proposer on the original kernel. Each later round takes the fastest verified
+candidates so far (the beam) and runs on top of each of them the proposers that helped somewhere (plus
+launch-configuration tuning, since the best block changes with the work a thread does, and
+`__launch_bounds__` once a block was chosen): the proposers read the candidate's file, re-loaded, exactly
+as they read the user's. The search stops at the time or candidate budget, when a round brings no gain
+beyond `min_gain`, or when there is nothing new to try.
+
+The loop talks to the GPU only through `evaluate` (Engine.evaluate in production), and every decision is
+a plain function of CandidateResults, so the logic is tested on a CPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from cuda_agent.agent.candidates import Candidate, CandidateResult
+from cuda_agent.agent.engine import Progress
+from cuda_agent.agent.targets import KernelTarget, load_targets, with_block
+
+Proposer = Callable[[KernelTarget], list[Candidate]]
+# Evaluate candidates in order, calling back after each result: Engine.evaluate with its baseline bound.
+Evaluate = Callable[[Sequence[Candidate], Callable[[CandidateResult], None]], list[CandidateResult]]
+
+LAUNCH_CONFIG = "launch-config"
+# Proposers worth trying on top of a candidate whose lineage includes the key, helped or not.
+FOLLOW_UPS: dict[str, tuple[str, ...]] = {LAUNCH_CONFIG: ("launch-bounds",)}
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    seconds: float = 180.0  # wall time for the whole search of one kernel
+    candidates: int = 200  # evaluated candidates, all rounds together
+    batch: int = 8  # candidates compiled together; the budget is checked between batches
+    beam: int = 3  # how many of the best candidates a round builds on
+    rounds: int = 4
+    min_gain: float = 0.02  # a round must beat the best speedup by this fraction to count
+
+
+@dataclass
+class SearchOutcome:
+    results: list[CandidateResult] = field(default_factory=list)
+    rounds: int = 0
+    seconds: float = 0.0
+    first_improvement_s: float | None = None  # from the start to the first verified faster candidate
+    stop_reason: str = ""
+    notes: list[str] = field(default_factory=list)  # proposers that failed, with the error
+
+    @property
+    def best(self) -> CandidateResult | None:
+        return best_of(self.results)
+
+
+# -- decisions: pure functions of results -------------------------------------------------------------
+
+
+def best_of(results: Iterable[CandidateResult]) -> CandidateResult | None:
+    """The verified candidate with the largest speedup that is faster beyond the measured noise."""
+    return max((r for r in results if r.faster), key=lambda r: r.speedup or 0.0, default=None)
+
+
+def beam(results: Iterable[CandidateResult], width: int) -> list[CandidateResult]:
+    """The `width` fastest verified candidates, one per distinct source and launch."""
+    chosen: list[CandidateResult] = []
+    seen: set[tuple[str, object, tuple[str, ...]]] = set()
+    for result in sorted((r for r in results if r.faster), key=lambda r: -(r.speedup or 0.0)):
+        key = (
+            result.candidate.source,
+            result.candidate.launch or result.candidate.block,
+            result.candidate.flags,
+        )
+        if key not in seen:
+            seen.add(key)
+            chosen.append(result)
+    return chosen[:width]
+
+
+def lineage(candidate: Candidate) -> tuple[str, ...]:
+    """The proposers whose changes a candidate carries, first to last: "vectorize+restrict"."""
+    return tuple(candidate.proposer.split("+"))
+
+
+def helped(results: Iterable[CandidateResult]) -> set[str]:
+    """Proposers that made some candidate faster: the last step of its lineage gets the credit."""
+    return {lineage(r.candidate)[-1] for r in results if r.faster}
+
+
+def follow_ups(base: Candidate, helpful: set[str], available: Iterable[str]) -> list[str]:
+    """What to run on top of `base`: proposers that helped, launch tuning, and the follow-ups of its
+    lineage, minus what it already carries; in the registry's order."""
+    carried = set(lineage(base))
+    wanted = set(helpful) | {LAUNCH_CONFIG}
+    for step in carried:
+        wanted |= set(FOLLOW_UPS.get(step, ()))
+    return [name for name in available if name in wanted and name not in carried]
+
+
+def combine(base: Candidate, step: Candidate, base_target: KernelTarget, original: KernelTarget) -> Candidate:
+    """`step` (proposed on `base`'s file) as a candidate carrying both changes: its source, both sets of
+    flags and assumptions, a description of both. A step that keeps the launch of `base`'s file but
+    changes the block gets that file's grid spelled out, since the engine otherwise falls back to the
+    original's grid."""
+    assert base_target.spec is not None and original.spec is not None
+    launch = step.launch
+    if launch is None:
+        own = replace(base_target.spec.launch, block=step.block)
+        if own != with_block(original.spec, step.block).launch:
+            launch = own
+    return replace(
+        step,
+        description=f"{base.description} + {step.description}",
+        proposer=f"{base.proposer}+{step.proposer}",
+        flags=_merged(base.flags, step.flags),
+        assumptions=_merged(base.assumptions, step.assumptions),
+        launch=launch,
+    )
+
+
+def interleave(groups: Sequence[Sequence[Candidate]]) -> list[Candidate]:
+    """One candidate of each group in turn, so the first batch already samples every proposer and a
+    verified gain comes early whichever proposer finds it."""
+    ordered: list[Candidate] = []
+    for position in range(max((len(g) for g in groups), default=0)):
+        ordered += [group[position] for group in groups if position < len(group)]
+    return ordered
+
+
+def improved(previous: CandidateResult | None, current: CandidateResult | None, min_gain: float) -> bool:
+    if current is None:
+        return False
+    if previous is None:
+        return True
+    return (current.speedup or 0.0) > (previous.speedup or 0.0) * (1.0 + min_gain)
+
+
+def _merged(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*first, *second)))
+
+
+# -- the loop ------------------------------------------------------------------------------------------
+
+
+def run_search(
+    target: KernelTarget,
+    proposers: Mapping[str, Proposer],
+    evaluate: Evaluate,
+    budget: SearchBudget | None = None,
+    progress: Progress | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SearchOutcome:
+    budget = budget or SearchBudget()
+    progress = progress or Progress(kernel=target.kernel.name)
+    outcome = SearchOutcome()
+    start = clock()
+    tried: set[str] = set()
+
+    def report(result: CandidateResult) -> None:
+        progress.done += 1
+        progress.results.append(result)
+        if result.faster and result.speedup:
+            if outcome.first_improvement_s is None:
+                outcome.first_improvement_s = clock() - start
+            progress.best_speedup = max(progress.best_speedup, result.speedup)
+        if on_progress is not None:
+            on_progress(progress)
+
+    queue = _fresh(interleave(_propose_all(target, proposers, outcome.notes)), tried)
+    while queue:
+        outcome.rounds += 1
+        best_before = outcome.best
+        progress.total += len(queue)
+        progress.message = f"round {outcome.rounds}: {len(queue)} candidates"
+        stopped = _evaluate_round(queue, evaluate, budget, outcome, report, clock, start)
+        if stopped:
+            outcome.stop_reason = stopped
+            break
+        if not improved(best_before, outcome.best, budget.min_gain):
+            outcome.stop_reason = (
+                "no candidate was faster"
+                if outcome.best is None
+                else f"round {outcome.rounds} improved nothing beyond {budget.min_gain:.0%}"
+            )
+            break
+        if outcome.rounds >= budget.rounds:
+            outcome.stop_reason = f"round limit ({budget.rounds})"
+            break
+        queue = _fresh(_combinations(target, proposers, outcome, budget.beam), tried)
+        if not queue:
+            outcome.stop_reason = "no combination left to try"
+    else:
+        outcome.stop_reason = outcome.stop_reason or "no proposer applies to this kernel"
+    outcome.seconds = clock() - start
+    progress.message = f"done: {outcome.stop_reason}"
+    if on_progress is not None:
+        on_progress(progress)
+    return outcome
+
+
+def _evaluate_round(
+    queue: list[Candidate],
+    evaluate: Evaluate,
+    budget: SearchBudget,
+    outcome: SearchOutcome,
+    report: Callable[[CandidateResult], None],
+    clock: Callable[[], float],
+    start: float,
+) -> str:
+    """Evaluate the round in batches; the reason the budget stopped it, or "" when it ran to the end."""
+    for first in range(0, len(queue), budget.batch):
+        if clock() - start >= budget.seconds:
+            return f"time budget ({budget.seconds:g} s) spent"
+        room = budget.candidates - len(outcome.results)
+        if room <= 0:
+            return f"candidate budget ({budget.candidates}) spent"
+        batch = queue[first : first + min(budget.batch, room)]
+        outcome.results += evaluate(batch, report)
+    if len(outcome.results) >= budget.candidates:
+        return f"candidate budget ({budget.candidates}) spent"
+    return ""
+
+
+def _propose_all(
+    target: KernelTarget, proposers: Mapping[str, Proposer], notes: list[str]
+) -> list[list[Candidate]]:
+    return [_propose(name, proposer, target, notes) for name, proposer in proposers.items()]
+
+
+def _propose(name: str, proposer: Proposer, target: KernelTarget, notes: list[str]) -> list[Candidate]:
+    # One proposer's bug must not cost the user every other proposer's results; it is reported instead.
+    try:
+        return proposer(target)
+    except Exception as exc:
+        notes.append(f"proposer {name} failed on {target.kernel.name}: {type(exc).__name__}: {exc}")
+        return []
+
+
+def _combinations(
+    original: KernelTarget, proposers: Mapping[str, Proposer], outcome: SearchOutcome, width: int
+) -> list[Candidate]:
+    helpful = helped(outcome.results)
+    groups: list[list[Candidate]] = []
+    for base in beam(outcome.results, width):
+        base_target = _reloaded(original, base.candidate)
+        if base_target is None:
+            continue
+        for name in follow_ups(base.candidate, helpful, proposers):
+            steps = _propose(name, proposers[name], base_target, outcome.notes)
+            groups.append([combine(base.candidate, step, base_target, original) for step in steps])
+    return interleave(groups)
+
+
+def _reloaded(original: KernelTarget, candidate: Candidate) -> KernelTarget | None:
+    """The candidate's file as a target, as the user would have it after applying the candidate. A file
+    without a written spec keeps the original's (inferred) spec rather than re-inferring one from the
+    rewritten kernel, which may read differently."""
+    name = candidate.kernel_name or original.kernel.name
+    reloaded = load_targets(original.path, candidate.source).find(name)
+    if reloaded is None or original.spec is None:
+        return None
+    if reloaded.spec is None and not original.spec.inferred:
+        return None  # the candidate's written spec no longer parses: nothing sound to build on
+    if reloaded.spec is None or reloaded.spec.inferred:
+        reloaded = replace(reloaded, spec=original.spec)
+    return reloaded
+
+
+def _fresh(candidates: list[Candidate], tried: set[str]) -> list[Candidate]:
+    """Candidates not evaluated before in this search (the engine's cache covers earlier runs)."""
+    fresh = []
+    for candidate in candidates:
+        if candidate.id not in tried:
+            tried.add(candidate.id)
+            fresh.append(candidate)
+    return fresh

@@ -1,0 +1,48 @@
+"""`python -m bench [--kernels NAME...] [--budget-s 180] [--out bench/results]`: the bench suite."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.runner import DEFAULT_BUDGET_S, DEFAULT_OUT
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The bench's options, shared with `cuda-agent bench`."""
+    parser.add_argument(
+        "--kernels", nargs="+", metavar="NAME", help="only these (kernel names or file stems)"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=DEFAULT_BUDGET_S, help="search budget a kernel, in seconds"
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for the JSON and Markdown")
+    parser.add_argument("--proposer", action="append", help="only these proposers (default: all offline)")
+    parser.add_argument(
+        "--cache", action="store_true", help="reuse cached results (default off: search times stay honest)"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    add_arguments(parser)
+    parser.add_argument("--gpu", type=int, default=0, help="GPU index (default 0)")
+    args = parser.parse_args(argv)
+    # Imported after parsing, so --help answers without loading the engine.
+    from cuda_agent.agent.engine import Engine, EngineSettings
+
+    from bench.runner import run_bench
+
+    settings = EngineSettings(gpu_index=args.gpu, use_cache=args.cache)
+    try:
+        with Engine(settings) as engine:
+            return run_bench(engine, args.kernels, args.budget_s, args.out, args.proposer)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

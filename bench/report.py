@@ -1,0 +1,243 @@
+"""The bench table: plain per-kernel results, the summary figures, and their rich / Markdown / JSON forms.
+
+Nothing here touches the GPU: the runner fills `KernelResult`s, this module only reads them, so tests build
+them by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """One kernel of the suite after its search. Times in milliseconds, durations in seconds."""
+
+    kernel: str
+    file: str
+    problem: str  # the benchmark size, "rows=65536 cols=1024"
+    original_ms: float | None  # None: the original could not be timed (see error)
+    best_ms: float | None = None  # the best verified rewrite; None when nothing was faster
+    speedup: float = 1.0  # original / best, 1.0 when nothing was faster
+    roofline_before: float | None = None  # fraction of the binding ceiling
+    roofline_after: float | None = None
+    torch_eager_ms: float | None = None
+    torch_compile_ms: float | None = None
+    first_improvement_s: float | None = None  # from the start of the search; None: never improved
+    search_s: float = 0.0
+    candidates: int = 0
+    verified: int = 0
+    best_description: str = ""
+    explanation: str = ""  # the optimizer's sentence: why this is the answer
+    torch_note: str = ""
+    error: str = ""  # why the kernel could not be benchmarked
+
+    @property
+    def final_ms(self) -> float | None:
+        """The time the user ends up with: the best rewrite's, else the original's."""
+        return self.best_ms if self.best_ms is not None else self.original_ms
+
+    @property
+    def vs_torch_compile(self) -> float | None:
+        """torch.compile time / our final time: above 1 means we are faster."""
+        if self.final_ms is None or self.torch_compile_ms is None or self.final_ms <= 0:
+            return None
+        return self.torch_compile_ms / self.final_ms
+
+
+@dataclass(frozen=True)
+class Summary:
+    kernels: int
+    timed: int  # kernels whose original could be timed
+    improved: int
+    geomean_speedup: float | None  # over the originals, kernels that did not improve count as 1.0
+    geomean_vs_torch_compile: float | None  # over kernels with a torch.compile time
+    at_least_torch_compile: int  # kernels as fast as or faster than torch.compile
+    with_torch_compile: int
+    median_first_improvement_s: float | None  # kernels that never improved count as never (inf)
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    gpu: str
+    started: str  # ISO 8601, local time with offset
+    version: str
+    budget_s: float
+    proposers: tuple[str, ...]
+    results: tuple[KernelResult, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def summary(self) -> Summary:
+        return summarize(self.results)
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    if not positive:
+        return None
+    return math.exp(sum(math.log(v) for v in positive) / len(positive))
+
+
+def summarize(results: Sequence[KernelResult]) -> Summary:
+    timed = [r for r in results if r.original_ms is not None]
+    compared = [r for r in timed if r.vs_torch_compile is not None]
+    # The conservative median: a kernel that never improved has an infinite time to its first improvement.
+    firsts = [r.first_improvement_s if r.first_improvement_s is not None else math.inf for r in timed]
+    median_first = statistics.median(firsts) if firsts else None
+    return Summary(
+        kernels=len(results),
+        timed=len(timed),
+        improved=sum(r.best_ms is not None for r in timed),
+        geomean_speedup=geometric_mean([r.speedup for r in timed]),
+        geomean_vs_torch_compile=geometric_mean([r.vs_torch_compile or 0.0 for r in compared]),
+        at_least_torch_compile=sum((r.vs_torch_compile or 0.0) >= 1.0 for r in compared),
+        with_torch_compile=len(compared),
+        median_first_improvement_s=median_first,
+    )
+
+
+# -- text ----------------------------------------------------------------------------------------------
+
+COLUMNS = (
+    "kernel", "original", "best", "speedup", "roofline", "torch eager", "torch.compile",
+    "vs compile", "first gain", "search", "best change",
+)  # fmt: skip
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f} ms"
+
+
+def _fraction(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "never"
+    return f"{value:.1f} s"
+
+
+def _times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def row(result: KernelResult) -> tuple[str, ...]:
+    """One kernel as the table's cells (the same in the terminal and in Markdown)."""
+    if result.original_ms is None:
+        return (result.kernel, "—", "—", "—", "—", _ms(result.torch_eager_ms), _ms(result.torch_compile_ms),
+                "—", "—", _seconds(result.search_s), f"not run: {result.error}")  # fmt: skip
+    roofline = (
+        f"{_fraction(result.roofline_before)} → {_fraction(result.roofline_after or result.roofline_before)}"
+    )
+    return (
+        result.kernel,
+        _ms(result.original_ms),
+        _ms(result.best_ms),
+        _times(result.speedup),
+        roofline,
+        _ms(result.torch_eager_ms),
+        _ms(result.torch_compile_ms),
+        _times(result.vs_torch_compile),
+        _seconds(result.first_improvement_s) if result.best_ms is not None else "never",
+        _seconds(result.search_s),
+        result.best_description or result.explanation,
+    )
+
+
+def summary_lines(summary: Summary, budget_s: float) -> list[str]:
+    return [
+        f"kernels: {summary.kernels} ({summary.timed} timed, {summary.improved} improved), "
+        f"budget {budget_s:.0f} s a kernel",
+        f"geometric-mean speedup over the originals: {_times(summary.geomean_speedup)} "
+        "(a kernel with no verified improvement counts 1.00×)",
+        f"geometric-mean speedup over torch.compile: {_times(summary.geomean_vs_torch_compile)} "
+        f"({summary.with_torch_compile} kernels with a torch.compile time)",
+        f"as fast as or faster than torch.compile: {summary.at_least_torch_compile} of "
+        f"{summary.with_torch_compile}",
+        f"median time to the first verified improvement: {_seconds(summary.median_first_improvement_s)} "
+        "(kernels never improved count as never)",
+    ]
+
+
+def rich_table(run: BenchRun) -> Table:
+    table = Table(title=f"cuda-agent bench · {run.gpu} · {run.started[:16]}", title_justify="left")
+    for name in COLUMNS:
+        table.add_column(name, justify="left" if name in ("kernel", "best change") else "right",
+                         overflow="fold", max_width=48 if name == "best change" else None)  # fmt: skip
+    for result in run.results:
+        table.add_row(*row(result))
+    return table
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(run: BenchRun) -> str:
+    lines = [
+        f"# cuda-agent bench: {run.gpu}",
+        "",
+        f"{run.started} · cuda-agent {run.version} · budget {run.budget_s:.0f} s a kernel · "
+        f"proposers: {', '.join(run.proposers) or 'default'}",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---" if c in ("kernel", "best change") else "---:" for c in COLUMNS) + "|",
+    ]
+    lines += ["| " + " | ".join(_markdown_cell(c) for c in row(r)) + " |" for r in run.results]
+    lines += ["", *(f"- {line}" for line in summary_lines(run.summary, run.budget_s))]
+    details = [r for r in run.results if r.explanation or r.torch_note or r.error]
+    if details:
+        lines += ["", "## Per kernel", ""]
+        for r in details:
+            lines.append(f"- **{r.kernel}** ({r.file}, {r.problem}): {r.error or r.explanation}")
+            if r.torch_note:
+                lines.append(f"  - torch: {r.torch_note}")
+    lines += [f"- {note}" for note in run.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _finite(value: object) -> object:
+    """JSON has no infinity: never-improved medians are written as null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def to_json(run: BenchRun) -> str:
+    summary = {k: _finite(v) for k, v in dataclasses.asdict(run.summary).items()}
+    payload = {**dataclasses.asdict(run), "summary": summary}
+    return json.dumps(payload, indent=2, sort_keys=False) + "\n"
+
+
+def from_json(text: str) -> BenchRun:
+    """A run written by `to_json`, for comparing versions."""
+    data = json.loads(text)
+    data.pop("summary", None)
+    results = tuple(KernelResult(**r) for r in data.pop("results"))
+    return BenchRun(**{**data, "proposers": tuple(data["proposers"]), "notes": tuple(data["notes"])},
+                    results=results)  # fmt: skip
+
+
+def result_stem(run: BenchRun) -> str:
+    """`2026-11-03T1412_NVIDIA-H200`: sorts by date, says the GPU, safe in every file system."""
+    stamp = run.started[:16].replace(":", "")
+    gpu = re.sub(r"[^A-Za-z0-9.]+", "-", run.gpu).strip("-") or "unknown-gpu"
+    return f"{stamp}_{gpu}"
+
+
+def write(run: BenchRun, folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = result_stem(run)
+    json_path, markdown_path = folder / f"{stem}.json", folder / f"{stem}.md"
+    json_path.write_text(to_json(run), encoding="utf-8")
+    markdown_path.write_text(to_markdown(run), encoding="utf-8")
+    return json_path, markdown_path

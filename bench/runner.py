@@ -1,0 +1,162 @@
+"""Run the suite: each kernel through `optimize()` within its budget, then the PyTorch reference.
+
+Shared by `python -m bench` and `cuda-agent bench`. Turns the engine's results into the plain
+`KernelResult`s of bench/report.py at once, so the report never sees engine types.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from cuda_agent.agent.engine import Engine, Progress
+from cuda_agent.agent.optimize import PROPOSERS, OptimizeOutcome, optimize
+from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.sandbox.protocol import TorchTimingResult
+from cuda_agent.sandbox.reports import WorkerError
+from rich.console import Console
+from rich.markup import escape
+
+from bench.report import BenchRun, KernelResult, rich_table, summary_lines, write
+from bench.suite import UnknownKernel, load_suite
+from cuda_agent import __version__
+
+DEFAULT_BUDGET_S = 180.0
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+def _optimize_within(
+    engine: Engine, target: KernelTarget, proposers: tuple[str, ...], budget_s: float
+) -> tuple[OptimizeOutcome, float | None, float, list[str]]:
+    """optimize() with the budget when it takes one; returns the outcome, the seconds to its first verified
+    improvement (from the Progress reports), the total seconds, and notes."""
+    notes: list[str] = []
+    start = time.perf_counter()
+    first: list[float] = []
+
+    def on_progress(progress: Progress) -> None:
+        if not first and progress.best_speedup > 1.0:
+            first.append(time.perf_counter() - start)
+
+    parameters = inspect.signature(optimize).parameters
+    kwargs: dict[str, object] = {"on_progress": on_progress}
+    if "budget_s" in parameters:
+        kwargs["budget_s"] = budget_s
+    else:
+        notes.append("optimize() takes no budget: the search ran to its end")
+    outcome = optimize(engine, target, proposers, **kwargs)  # type: ignore[arg-type]
+    return outcome, (first[0] if first else None), time.perf_counter() - start, notes
+
+
+def kernel_result(
+    target: KernelTarget,
+    outcome: OptimizeOutcome,
+    torch: TorchTimingResult | WorkerError,
+    first_improvement_s: float | None,
+    search_s: float,
+) -> KernelResult:
+    baseline = outcome.baseline
+    problem = baseline.problems[0].label if baseline.problems else ""
+    common = {
+        "kernel": target.kernel.name,
+        "file": target.path.name,
+        "problem": problem,
+        "search_s": search_s,
+        "candidates": len(outcome.results),
+        "verified": sum(r.verified for r in outcome.results),
+        "explanation": outcome.explanation,
+    }
+    if isinstance(torch, WorkerError):
+        common.update(torch_note=f"not timed: {torch.message}")
+    else:
+        common.update(
+            torch_eager_ms=torch.eager.median_ms if torch.eager else None,
+            torch_compile_ms=torch.compiled.median_ms if torch.compiled else None,
+            torch_note=torch.note,
+        )
+    if baseline.timing is None:
+        return KernelResult(original_ms=None, error=outcome.explanation, **common)  # type: ignore[arg-type]
+    best = outcome.best
+    if best is None or best.comparison is None:
+        return KernelResult(
+            original_ms=baseline.timing.median_ms,
+            roofline_before=baseline.timing.roofline_fraction,
+            **common,  # type: ignore[arg-type]
+        )
+    # Both times from the same interleaved measurement, so the speedup is the one the decision used.
+    comparison = best.comparison
+    return KernelResult(
+        original_ms=comparison.baseline.median_ms,
+        best_ms=comparison.candidate.median_ms,
+        speedup=comparison.speedup,
+        roofline_before=comparison.baseline.roofline_fraction,
+        roofline_after=comparison.candidate.roofline_fraction,
+        first_improvement_s=first_improvement_s,
+        best_description=best.candidate.description,
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def run_bench(
+    engine: Engine,
+    names: Sequence[str] | None = None,
+    budget_s: float = DEFAULT_BUDGET_S,
+    out: Path | None = DEFAULT_OUT,
+    proposers: Sequence[str] | None = None,
+    console: Console | None = None,
+) -> int:
+    """The whole bench: 0 when it ran, 1 without a GPU, 2 for an unknown kernel name."""
+    console = console or Console(highlight=False)
+    try:
+        targets = load_suite(names)
+    except UnknownKernel as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        return 2
+    device = engine.device()
+    if isinstance(device, WorkerError):
+        console.print(
+            f"[yellow]No GPU: {escape(device.message)}[/]\n"
+            "The bench optimizes and times kernels on a GPU: run it on a machine with an NVIDIA GPU."
+        )
+        return 1
+    chosen = tuple(proposers or PROPOSERS)
+    unknown = [p for p in chosen if p not in PROPOSERS]
+    if unknown:
+        console.print(f"[red]unknown proposer {', '.join(unknown)} (proposers: {', '.join(PROPOSERS)})[/]")
+        return 2
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    results: list[KernelResult] = []
+    notes: set[str] = set()
+    for number, target in enumerate(targets, 1):
+        if target.spec is None:
+            results.append(KernelResult(target.kernel.name, target.path.name, "", None, error=target.note))
+            continue
+        with console.status(f"[{number}/{len(targets)}] {target.kernel.name}: searching…"):
+            outcome, first, search_s, run_notes = _optimize_within(engine, target, chosen, budget_s)
+        notes.update(run_notes)
+        with console.status(
+            f"[{number}/{len(targets)}] {target.kernel.name}: timing torch eager and compile…"
+        ):
+            torch = engine.time_torch(outcome.baseline) if outcome.baseline.problems else None
+        result = kernel_result(target, outcome, torch or TorchTimingResult(None, None, ""), first, search_s)
+        results.append(result)
+        console.print(f"[bold]{target.kernel.name}[/]: {escape(outcome.explanation)}")
+    run = BenchRun(
+        gpu=device.name,
+        started=started,
+        version=__version__,
+        budget_s=budget_s,
+        proposers=chosen,
+        results=tuple(results),
+        notes=tuple(sorted(notes)),
+    )
+    console.print(rich_table(run))
+    for line in summary_lines(run.summary, budget_s):
+        console.print(line)
+    if out is not None:
+        json_path, markdown_path = write(run, out)
+        console.print(f"wrote {json_path} and {markdown_path.name}")
+    return 0

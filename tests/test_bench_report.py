@@ -1,0 +1,89 @@
+"""The bench report from hand-made results: summary figures, Markdown, JSON, file names."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.report import (
+    BenchRun,
+    KernelResult,
+    from_json,
+    geometric_mean,
+    result_stem,
+    rich_table,
+    summarize,
+    to_json,
+    to_markdown,
+    write,
+)
+
+
+def result(name: str, original: float | None, best: float | None = None, **extra: object) -> KernelResult:
+    speedup = original / best if original and best else 1.0
+    return KernelResult(name, f"{name}.cu", "n=1", original, best, speedup, **extra)  # type: ignore[arg-type]
+
+
+RESULTS = (
+    result("gelu", 4.0, 1.0, torch_compile_ms=0.9, first_improvement_s=2.0, best_description="float4"),
+    result("softmax", 9.0, 1.0, torch_compile_ms=1.5, first_improvement_s=6.0, roofline_before=0.1),
+    result("scan", 2.0, torch_compile_ms=1.0),  # never improved: counts 1.0×, first gain never
+    result("broken", None, error="does not compile"),  # not timed: left out of every figure
+)
+RUN = BenchRun("NVIDIA H200", "2026-11-03T14:12:09+00:00", "0.1.0", 180.0, ("launch-config",), RESULTS)
+
+
+def test_geometric_mean() -> None:
+    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geometric_mean([]) is None
+    assert geometric_mean([0.0, math.inf]) is None
+
+
+def test_summary_counts_unimproved_kernels_as_one_and_never() -> None:
+    summary = summarize(RESULTS)
+    assert (summary.kernels, summary.timed, summary.improved) == (4, 3, 2)
+    assert summary.geomean_speedup == pytest.approx((4.0 * 9.0 * 1.0) ** (1 / 3))
+    # vs torch.compile: 0.9/1.0, 1.5/1.0, 1.0/2.0
+    assert summary.geomean_vs_torch_compile == pytest.approx((0.9 * 1.5 * 0.5) ** (1 / 3))
+    assert (summary.at_least_torch_compile, summary.with_torch_compile) == (1, 3)
+    assert summary.median_first_improvement_s == 6.0  # of 2, 6 and never
+    assert summarize(RESULTS[2:]).median_first_improvement_s == math.inf
+
+
+def test_markdown_has_the_table_and_the_summary() -> None:
+    text = to_markdown(RUN)
+    assert text.startswith("# cuda-agent bench: NVIDIA H200")
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| kernel"))
+    assert lines[header + 1].startswith("|---|---:")
+    gelu = lines[header + 2]
+    assert "| gelu | 4.000 ms | 1.000 ms | 4.00× |" in gelu and "| 0.900 ms | 0.90× | 2.0 s |" in gelu
+    assert "| scan | 2.000 ms | — | 1.00× |" in text and "never" in text
+    assert "not run: does not compile" in text
+    assert "geometric-mean speedup over the originals: 3.30×" in text
+    assert "as fast as or faster than torch.compile: 1 of 3" in text
+    assert "median time to the first verified improvement: 6.0 s" in text
+
+
+def test_json_round_trips_and_has_no_infinity() -> None:
+    never = BenchRun(RUN.gpu, RUN.started, RUN.version, 10.0, (), RESULTS[2:3])
+    data = json.loads(to_json(never))
+    assert data["summary"]["median_first_improvement_s"] is None
+    assert from_json(to_json(RUN)) == RUN
+    assert json.loads(to_json(RUN))["summary"]["improved"] == 2
+
+
+def test_files_are_named_by_date_and_gpu(tmp_path: Path) -> None:
+    assert result_stem(RUN) == "2026-11-03T1412_NVIDIA-H200"
+    json_path, markdown_path = write(RUN, tmp_path / "results")
+    assert json_path.name == "2026-11-03T1412_NVIDIA-H200.json" and markdown_path.suffix == ".md"
+    assert from_json(json_path.read_text()) == RUN
+
+
+def test_rich_table_has_a_row_per_kernel() -> None:
+    table = rich_table(RUN)
+    assert table.row_count == len(RESULTS)
+    assert [c.header for c in table.columns][:4] == ["kernel", "original", "best", "speedup"]

@@ -1,0 +1,360 @@
+"""Idiom rewrites on CPU: recognised (or not) from the tree, compiled with NVRTC, launch resolvable.
+
+Correctness of the rewritten kernels is proven on the GPU by the engine's verifier; here every candidate
+must compile, keep the kernel's signature and the file outside the body, and give a launch that resolves
+at the benchmark and verify sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
+from cuda_agent.agent.spec import complete_sizes, resolve
+from cuda_agent.agent.targets import KernelTarget, load_targets
+from cuda_agent.sandbox.compile import compile_kernel
+from cuda_agent.sandbox.nvrtc import nvrtc_unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_compiler = pytest.mark.skipif(nvrtc_unavailable_reason() is not None, reason="NVRTC is not installed")
+
+
+def _target(source: str, name: str) -> KernelTarget:
+    target = load_targets(Path(f"{name}.cu"), source).find(name)
+    assert target is not None and target.spec is not None, target and target.note
+    return target
+
+
+def _check(target: KernelTarget, proposer: str) -> None:
+    """Every candidate compiles, keeps the file outside the body and resolves its launch everywhere."""
+    candidates = IDIOM_PROPOSERS[proposer](target)
+    assert candidates, f"{proposer} did not recognise {target.kernel.name}"
+    kernel, spec = target.kernel, target.spec
+    assert spec is not None
+    for candidate in candidates:
+        assert candidate.launch is not None and candidate.block == candidate.launch.block
+        source = candidate.source
+        # The signature and everything after the kernel are unchanged; before it only helpers are added.
+        signature = target.source[kernel.span.start_byte : kernel.body_span.start_byte]
+        assert signature in source
+        assert source.endswith(target.source[kernel.span.end_byte :])
+        assert source.startswith(target.source[: kernel.span.start_byte])
+        again = load_targets(target.path, source).find(kernel.name)
+        assert again is not None and again.kernel.parameters == kernel.parameters
+        result = compile_kernel(device_source(source), kernel.name, flags=candidate.flags)
+        assert result.ok, (candidate.description, [d.message for d in result.diagnostics], source)
+        launched = replace(spec, launch=candidate.launch)
+        for sizes in [spec.sizes, *(complete_sizes(spec, s) for s in spec.verify_sizes)]:
+            resolve(launched, sizes)
+
+
+# -- atomic reductions ---------------------------------------------------------------------------------
+
+SUM_SPEC = """/* cuda-agent
+[sizes]
+n = 16_777_216
+[args]
+{x} = {{ role = "input", dtype = "{dtype}", shape = ["n"] }}
+{out} = {{ role = "inout", dtype = "{dtype}", shape = [1], init = "zeros" }}
+{n} = {{ role = "scalar", dtype = "int32", value = "n" }}
+[launch]
+block = [256]
+grid = ["ceil_div(n, block.x)"]
+[verify]
+sizes = [{{ n = 999_999 }}]
+reduction = "n"
+*/
+"""
+
+ATOMIC_SUMS = [
+    ("x", "sum", "n", "float32", """__global__ void k(const float* x, float* sum, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(sum, x[i]);
+}"""),
+    ("data", "total", "count", "float32", """__global__ void k(const float* __restrict__ data, float* total,
+                  int count) {
+  const int idx = threadIdx.x + blockDim.x * blockIdx.x;
+  if (idx >= count) return;
+  float v = data[idx];
+  if (v > 0.0f) {
+    atomicAdd(&total[0], v * v);   // sum of squares of the positives
+  }
+}"""),
+    ("x", "best", "n", "int32", """__global__ void k(const int* x, int* best, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { atomicMax(best, x[i]); }
+}"""),
+]  # fmt: skip
+
+
+@needs_compiler
+@pytest.mark.parametrize(("x", "out", "n", "dtype", "kernel"), ATOMIC_SUMS)
+def test_atomic_reductions_become_one_atomic_per_block(
+    x: str, out: str, n: str, dtype: str, kernel: str
+) -> None:
+    target = _target(SUM_SPEC.format(x=x, out=out, n=n, dtype=dtype) + kernel, "k")
+    _check(target, "idiom:atomic-reduction")
+    (candidate,) = IDIOM_PROPOSERS["idiom:atomic-reduction"](target)
+    assert "__shfl_down_sync" in candidate.source and candidate.source.count("atomic") == 1 + 0
+    assert candidate.launch is not None and candidate.launch.grid[0].startswith("min(")
+
+
+def test_per_element_atomics_are_not_a_single_address_reduction() -> None:
+    per_element = (
+        SUM_SPEC.format(x="x", out="sum", n="n", dtype="float32")
+        + """\
+__global__ void k(const float* x, float* sum, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&sum[i % 1], x[i]);
+    if (i < n) sum[0] = 1.0f;
+}"""
+    )
+    assert IDIOM_PROPOSERS["idiom:atomic-reduction"](_target(per_element, "k")) == []
+
+
+# -- histograms ----------------------------------------------------------------------------------------
+
+HISTOGRAM = """/* cuda-agent
+[sizes]
+n = 16_777_216
+bins = {bins}
+[args]
+{data} = {{ role = "input", dtype = "int32", shape = ["n"], init = {{ low = 0, high = "bins" }} }}
+{hist} = {{ role = "inout", dtype = "{dtype}", shape = ["bins"], init = "zeros" }}
+n = {{ role = "scalar", dtype = "int32", value = "n" }}
+nbins = {{ role = "scalar", dtype = "int32", value = "bins" }}
+[launch]
+block = [256]
+grid = ["ceil_div(n, block.x)"]
+[verify]
+sizes = [{{ n = 100_003 }}]
+*/
+"""
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    ("data", "hist", "dtype", "kernel"),
+    [
+        ("data", "hist", "int32", """__global__ void k(const int* data, int* hist, int n, int nbins)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int v = data[i];
+        if (v >= 0 && v < nbins) atomicAdd(&hist[v], 1);
+    }
+}"""),
+        ("keys", "counts", "uint32", """__global__ void k(const int* keys, unsigned int* counts,
+                  int n, int nbins) {
+    unsigned int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid >= n) return;
+    atomicAdd(&counts[keys[tid] % nbins], 1u);
+}"""),
+    ],
+)  # fmt: skip
+def test_histograms_are_privatised_in_shared_memory(data: str, hist: str, dtype: str, kernel: str) -> None:
+    target = _target(HISTOGRAM.format(bins=256, data=data, hist=hist, dtype=dtype) + kernel, "k")
+    _check(target, "idiom:histogram")
+    (candidate,) = IDIOM_PROPOSERS["idiom:histogram"](target)
+    assert "extern __shared__" in candidate.source
+    assert candidate.launch is not None and candidate.launch.shared_bytes == "(bins) * 4"
+
+
+def test_histogram_bins_must_fit_in_shared_memory() -> None:
+    kernel = """__global__ void k(const int* data, int* hist, int n, int nbins)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&hist[data[i]], 1);
+}"""
+    target = _target(HISTOGRAM.format(bins=1 << 20, data="data", hist="hist", dtype="int32") + kernel, "k")
+    assert IDIOM_PROPOSERS["idiom:histogram"](target) == []
+
+
+# -- row-wise ------------------------------------------------------------------------------------------
+
+ROW_SPEC = """/* cuda-agent
+[sizes]
+rows = 8192
+cols = 1024
+[args]
+x = {{ role = "input", dtype = "float32", shape = ["rows", "cols"] }}
+y = {{ role = "output", dtype = "float32", shape = {out_shape} }}
+rows = {{ role = "scalar", dtype = "int32", value = "rows" }}
+cols = {{ role = "scalar", dtype = "int32", value = "cols" }}
+[launch]
+block = [128]
+grid = ["ceil_div(rows, block.x)"]
+[verify]
+sizes = [{{ rows = 333, cols = 999 }}]
+*/
+"""
+
+ROW_KERNELS = [
+    ('["rows"]', """__global__ void k(const float* x, float* y, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        float s = 0.0f;
+        for (int c = 0; c < cols; c++) s += x[r * cols + c];
+        y[r] = s;
+    }
+}"""),
+    ('["rows"]', """__global__ void k(const float* x, float* y, int rows, int cols) {
+    const int row = threadIdx.x + blockIdx.x * blockDim.x;
+    if (row >= rows) return;
+    float m = x[(size_t)row * cols];
+    for (int j = 1; j < cols; ++j) { m = fmaxf(x[(size_t)row * cols + j], m); }
+    y[row] = m;
+}"""),
+    ('["rows", "cols"]', """__global__ void k(const float* x, float* y, int rows, int cols)
+{
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float* in = x + (size_t)row * cols;
+    float* out = y + (size_t)row * cols;
+    float mean = 0.0f;
+    for (int c = 0; c < cols; ++c) mean += in[c];
+    mean /= cols;
+    float var = 0.0f;
+    for (int c = 0; c < cols; ++c) {
+        float d = in[c] - mean;
+        var = var + d * d;
+    }
+    float inv = rsqrtf(var / cols + 1e-5f);
+    for (int c = 0; c < cols; ++c) out[c] = (in[c] - mean) * inv;
+}"""),
+]  # fmt: skip
+
+
+@needs_compiler
+@pytest.mark.parametrize(("out_shape", "kernel"), ROW_KERNELS)
+def test_row_loops_become_one_warp_per_row(out_shape: str, kernel: str) -> None:
+    target = _target(ROW_SPEC.format(out_shape=out_shape) + kernel, "k")
+    _check(target, "idiom:row-wise")
+    (candidate,) = IDIOM_PROPOSERS["idiom:row-wise"](target)
+    assert "__shfl_xor_sync" in candidate.source and "+= 32)" in candidate.source
+    assert candidate.launch is not None and candidate.launch.grid == ("ceil_div((rows), block.x // 32)",)
+
+
+@needs_compiler
+def test_softmax_example_keeps_its_three_passes() -> None:
+    target = load_targets(ROOT / "examples" / "softmax.cu").find("softmax")
+    assert target is not None
+    _check(target, "idiom:row-wise")
+    (candidate,) = IDIOM_PROPOSERS["idiom:row-wise"](target)
+    assert candidate.source.count("c += 32") == 3 and candidate.source.count("__shfl_xor_sync") == 2
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        # a scan: each column reads the previous one's result
+        """__global__ void k(const float* x, float* y, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    y[r * cols] = x[r * cols];
+    for (int c = 1; c < cols; ++c) y[r * cols + c] = y[r * cols + c - 1] + x[r * cols + c];
+}""",
+        # a running value carried between columns
+        """__global__ void k(const float* x, float* y, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float prev = 0.0f;
+    for (int c = 0; c < cols; ++c) { y[r * cols + c] = x[r * cols + c] - prev; prev = x[r * cols + c]; }
+}""",
+    ],
+)  # fmt: skip
+def test_loops_that_carry_values_between_columns_are_not_row_wise(kernel: str) -> None:
+    target = _target(ROW_SPEC.format(out_shape='["rows", "cols"]') + kernel, "k")
+    assert IDIOM_PROPOSERS["idiom:row-wise"](target) == []
+
+
+# -- transpose -----------------------------------------------------------------------------------------
+
+
+@needs_compiler
+def test_transpose_example_uses_a_padded_tile() -> None:
+    target = load_targets(ROOT / "examples" / "transpose.cu").find("transpose")
+    assert target is not None
+    _check(target, "idiom:transpose")
+    (candidate,) = IDIOM_PROPOSERS["idiom:transpose"](target)
+    assert "[32][32 + 1]" in candidate.source and candidate.block == (32, 8)
+
+
+@needs_compiler
+def test_transpose_with_a_scale_and_other_names() -> None:
+    source = (ROOT / "examples" / "transpose.cu").read_text()
+    spec = source[source.index("/* cuda-agent") : source.index("*/") + 2]
+    alpha = 'alpha = { role = "scalar", dtype = "float32", value = 2 }\n'
+    spec = spec.replace("dst  =", alpha + "dst  =").replace("src", "a").replace("dst", "b")
+    kernel = """
+__global__ void transpose(float alpha, const float* a, float* b, int rows, int cols) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= rows || j >= cols) return;
+    b[j * rows + i] = alpha * a[i * cols + j];
+}"""
+    target = _target(spec + kernel, "transpose")
+    _check(target, "idiom:transpose")
+
+
+def test_coalesced_copy_is_not_a_transpose() -> None:
+    source = (ROOT / "examples" / "transpose.cu").read_text()
+    copy = source.replace("dst[col * rows + row]", "dst[row * cols + col]")
+    target = load_targets(Path("t.cu"), copy).find("transpose")
+    assert target is not None and IDIOM_PROPOSERS["idiom:transpose"](target) == []
+
+
+# -- matrix multiply -----------------------------------------------------------------------------------
+
+
+@needs_compiler
+def test_naive_matmul_becomes_tiled_sgemm() -> None:
+    target = load_targets(ROOT / "bench" / "kernels" / "matmul_naive.cu").find("matmul")
+    assert target is not None
+    _check(target, "idiom:matmul")
+    candidates = IDIOM_PROPOSERS["idiom:matmul"](target)
+    assert {c.launch.grid for c in candidates if c.launch} >= {("ceil_div((N), 128)", "ceil_div((M), 128)")}
+
+
+@needs_compiler
+def test_matmul_with_other_names_and_an_epilogue() -> None:
+    source = (ROOT / "bench" / "kernels" / "matmul_naive.cu").read_text()
+    spec = source[source.index("/* cuda-agent") : source.index("*/") + 2]
+    kernel = """
+__global__ void matmul(const float* __restrict__ A, const float* __restrict__ B, float* C,
+                       int M, int N, int K) {
+  const unsigned r = threadIdx.y + blockIdx.y * blockDim.y;
+  const unsigned c = threadIdx.x + blockIdx.x * blockDim.x;
+  if (r >= M || c >= N) return;
+  float sum = 0.f;
+  for (int i = 0; i < K; i++) {
+    sum = sum + B[i * N + c] * A[K * r + i];
+  }
+  C[r * N + c] = fmaxf(sum, 0.0f);  // fused ReLU
+}"""
+    target = _target(spec + kernel, "matmul")
+    _check(target, "idiom:matmul")
+    (first, *_) = IDIOM_PROPOSERS["idiom:matmul"](target)
+    assert "C[r * N + c] = fmaxf(sum, 0.0f);" in first.source
+
+
+def test_matmul_with_a_transposed_operand_is_not_matched() -> None:
+    source = (ROOT / "bench" / "kernels" / "matmul_naive.cu").read_text()
+    transposed = source.replace("B[k * N + col]", "B[col * K + k]")
+    target = load_targets(Path("m.cu"), transposed).find("matmul")
+    assert target is not None and IDIOM_PROPOSERS["idiom:matmul"](target) == []
+
+
+def test_no_idiom_matches_an_elementwise_kernel() -> None:
+    for target in load_targets(ROOT / "examples" / "elementwise.cu").targets:
+        for propose in IDIOM_PROPOSERS.values():
+            assert propose(target) == []

@@ -1,0 +1,226 @@
+"""The search loop: rounds, combination of what helped, budgets, stopping. Candidates are real (proposed by
+the real proposers, compiled by NVRTC); only the GPU's verdict is made up, at the one boundary the search
+has with the GPU (`evaluate`), from a table of speedups by proposer lineage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from cuda_agent.agent.candidates import Candidate, CandidateResult
+from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.engine import Progress
+from cuda_agent.agent.optimize import PROPOSERS
+from cuda_agent.agent.proposers.launch_config import propose_launch_configs
+from cuda_agent.agent.proposers.transforms import TRANSFORMS
+from cuda_agent.agent.search import (
+    SearchBudget,
+    SearchOutcome,
+    beam,
+    combine,
+    follow_ups,
+    helped,
+    improved,
+    interleave,
+    lineage,
+    run_search,
+)
+from cuda_agent.agent.targets import KernelTarget, load_targets
+from cuda_agent.sandbox.compile import compile_kernel
+from cuda_agent.sandbox.reports import Comparison, TimingReport, VerificationReport
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE_MS = 1.0
+
+
+def scale_add() -> KernelTarget:
+    target = load_targets(ROOT / "tests" / "kernels" / "original_scale_add.cu").find("scale_add")
+    assert target is not None and target.spec is not None
+    return target
+
+
+def verdict(candidate: Candidate, speedup: float) -> tuple[VerificationReport, Comparison]:
+    """What the GPU would say: verified, and this much faster (beyond noise when above 1.05)."""
+    ms = BASELINE_MS / speedup
+    comparison = Comparison(
+        baseline=TimingReport("original", BASELINE_MS, 0.99 * BASELINE_MS, 1.01 * BASELINE_MS, 50),
+        candidate=TimingReport("candidate", ms, 0.99 * ms, 1.01 * ms, 50),
+        speedup=speedup,
+        ratio_ci=(0.98 / speedup, 1.02 / speedup),
+        faster=speedup > 1.05,
+        slower=speedup < 0.95,
+        decision="made up for the test",
+    )
+    return VerificationReport(passed=True, problems=("benchmark",), input_sets=5), comparison
+
+
+class FakeGpu:
+    """`evaluate` with real compiles and made-up timings: the speedup of a lineage ("vectorize+restrict")
+    is the product of its steps' factors, launch-config counted only for its 512-thread block."""
+
+    def __init__(
+        self, factors: dict[str, float], clock: list[float] | None = None, seconds_a_batch: float = 0
+    ):
+        self.factors = factors
+        self.batches: list[list[Candidate]] = []
+        self.clock = clock
+        self.seconds_a_batch = seconds_a_batch
+
+    def speedup(self, candidate: Candidate) -> float:
+        value = 1.0
+        for step in lineage(candidate):
+            if step == "launch-config" and 512 not in candidate.block:
+                continue
+            value *= self.factors.get(step, 1.0)
+        return value
+
+    def __call__(
+        self, candidates: Sequence[Candidate], on_result: Callable[[CandidateResult], None]
+    ) -> list[CandidateResult]:
+        self.batches.append(list(candidates))
+        if self.clock is not None:
+            self.clock[0] += self.seconds_a_batch
+        results = []
+        for candidate in candidates:
+            compiled = compile_kernel(device_source(candidate.source), "scale_add", flags=candidate.flags)
+            assert compiled.ok, (candidate.description, compiled.errors)
+            verification, comparison = verdict(candidate, self.speedup(candidate))
+            result = CandidateResult(candidate, compiled, verification, comparison)
+            results.append(result)
+            on_result(result)
+        return results
+
+
+def search_with(
+    factors: dict[str, float],
+    budget: SearchBudget | None = None,
+    proposers: tuple[str, ...] = ("launch-config", "vectorize", "restrict", "launch-bounds"),
+    clock: list[float] | None = None,
+    seconds_a_batch: float = 0.0,
+) -> tuple[FakeGpu, SearchOutcome, Progress]:
+    gpu = FakeGpu(factors, clock, seconds_a_batch)
+    progress = Progress(kernel="scale_add")
+    chosen = {name: PROPOSERS[name] for name in proposers}
+    now = (lambda: clock[0]) if clock is not None else time.monotonic
+    outcome = run_search(scale_add(), chosen, gpu, budget, progress, clock=now)
+    return gpu, outcome, progress
+
+
+def test_combines_what_helped_on_top_of_the_best() -> None:
+    gpu, outcome, progress = search_with({"vectorize": 2.0, "restrict": 1.2, "launch-config": 1.1})
+    assert outcome.rounds >= 2
+    best = outcome.best
+    assert best is not None
+    # vectorize × restrict × a 512-thread block, with the block tuned on top of the vectorized launch.
+    assert set(lineage(best.candidate)) == {"vectorize", "restrict", "launch-config"}
+    assert abs(best.speedup - 2.0 * 1.2 * 1.1) < 1e-9
+    source = best.candidate.source
+    assert "float4" in source and "__restrict__" in source and "block = [512]" in source
+    assert best.candidate.launch is not None and best.candidate.launch.grid == ("ceil_div(n, 4 * block.x)",)
+    assert best.candidate.assumptions == ("x, y and out do not alias (no two point into the same memory)",)
+    assert best.candidate.description.count(" + ") == 2
+    # Nothing was evaluated twice; progress saw every result and the best speedup.
+    ids = [c.id for batch in gpu.batches for c in batch]
+    assert len(ids) == len(set(ids)) == len(outcome.results) == progress.done
+    assert abs(progress.best_speedup - best.speedup) < 1e-9
+    assert outcome.first_improvement_s is not None and outcome.notes == []
+
+
+def test_first_batch_samples_every_proposer() -> None:
+    gpu, _, _ = search_with({}, SearchBudget(batch=4))
+    first = gpu.batches[0]
+    assert {lineage(c)[-1] for c in first} == {"launch-config", "vectorize", "restrict", "launch-bounds"}
+
+
+def test_stops_after_the_first_round_when_nothing_is_faster() -> None:
+    _, outcome, progress = search_with({})
+    assert outcome.rounds == 1 and outcome.best is None
+    assert outcome.stop_reason == "no candidate was faster"
+    assert progress.best_speedup == 1.0 and outcome.first_improvement_s is None
+
+
+def test_stops_when_a_round_improves_nothing() -> None:
+    # vectorize helps; nothing on top of it does: round 2 runs and the search stops after it.
+    _, outcome, _ = search_with({"vectorize": 2.0})
+    assert outcome.rounds == 2
+    assert outcome.stop_reason == "round 2 improved nothing beyond 2%"
+    assert outcome.best is not None and lineage(outcome.best.candidate) == ("vectorize",)
+
+
+def test_candidate_budget() -> None:
+    gpu, outcome, _ = search_with({"vectorize": 2.0}, SearchBudget(candidates=5, batch=4))
+    assert len(outcome.results) == 5 and [len(b) for b in gpu.batches] == [4, 1]
+    assert outcome.stop_reason == "candidate budget (5) spent"
+
+
+def test_time_budget_checked_between_batches() -> None:
+    clock = [0.0]
+    budget = SearchBudget(seconds=25, batch=2)
+    gpu, outcome, _ = search_with({"vectorize": 2.0}, budget, clock=clock, seconds_a_batch=10.0)
+    assert len(gpu.batches) == 3 and outcome.stop_reason == "time budget (25 s) spent"
+    assert outcome.seconds == 30.0
+
+
+def test_a_failing_proposer_is_reported_not_fatal() -> None:
+    def broken(target: KernelTarget) -> list[Candidate]:
+        raise RuntimeError("bug")
+
+    gpu = FakeGpu({"vectorize": 2.0})
+    outcome = run_search(scale_add(), {"broken": broken, "vectorize": TRANSFORMS["vectorize"]}, gpu)
+    assert outcome.best is not None
+    assert outcome.notes and outcome.notes[0].startswith("proposer broken failed on scale_add: RuntimeError")
+
+
+def test_no_proposer_applies() -> None:
+    outcome = run_search(scale_add(), {"nothing": lambda t: []}, FakeGpu({}))
+    assert outcome.rounds == 0 and outcome.stop_reason == "no proposer applies to this kernel"
+
+
+# -- the decisions, one by one ------------------------------------------------------------------------
+
+
+def result(candidate: Candidate, speedup: float) -> CandidateResult:
+    compiled = compile_kernel(device_source(candidate.source), "scale_add")
+    return CandidateResult(candidate, compiled, *verdict(candidate, speedup))
+
+
+def test_beam_helped_and_improved() -> None:
+    target = scale_add()
+    blocks = propose_launch_configs(target)
+    [vector] = TRANSFORMS["vectorize"](target)
+    results = [result(blocks[0], 1.0), result(blocks[1], 1.3), result(vector, 2.0), result(vector, 1.9)]
+    assert [r.speedup for r in beam(results, 3)] == [2.0, 1.3]  # one per distinct source and launch
+    assert helped(results) == {"vectorize", "launch-config"}
+    assert improved(None, results[2], 0.02) and not improved(results[2], results[3], 0.02)
+    assert not improved(results[1], None, 0.02)
+
+
+def test_follow_ups() -> None:
+    target = scale_add()
+    [block] = [c for c in propose_launch_configs(target) if c.block == (128,)]
+    names = list(PROPOSERS)
+    # A tuned block is followed by __launch_bounds__ even when it helped nowhere on its own.
+    assert follow_ups(block, {"vectorize"}, names) == ["vectorize", "launch-bounds"]
+    [vector] = TRANSFORMS["vectorize"](target)
+    assert follow_ups(vector, {"vectorize", "restrict"}, names) == ["launch-config", "restrict"]
+
+
+def test_combine_keeps_the_base_launch_under_a_new_block() -> None:
+    target = scale_add()
+    [vector] = TRANSFORMS["vectorize"](target)
+    on_vector = load_targets(target.path, vector.source).find("scale_add")
+    assert on_vector is not None and on_vector.spec is not None
+    [block] = [c for c in propose_launch_configs(on_vector) if c.block == (128,)]
+    assert block.launch is None  # the launch-config proposer only changes the block
+    combined = combine(vector, block, on_vector, target)
+    assert combined.launch is not None
+    assert combined.launch.block == (128,) and combined.launch.grid == ("ceil_div(n, 4 * block.x)",)
+    assert combined.proposer == "vectorize+launch-config"
+    assert combined.source == block.source and "block = [128]" in combined.source
+
+
+def test_interleave() -> None:
+    target = scale_add()
+    a, b = propose_launch_configs(target)[:2], TRANSFORMS["restrict"](target)
+    assert interleave([a, b, []]) == [a[0], b[0], a[1]]

@@ -1,0 +1,70 @@
+"""The PyTorch reference timing: the oracle as a traceable function (CPU), and the whole request on a
+GPU (TimeTorchRequest through the worker, eager and torch.compile)."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+from cuda_agent.sandbox.plan import ArgumentPlan, Distribution, Problem, Tolerance
+from cuda_agent.sandbox.protocol import TimeTorchRequest, TorchTimingResult
+from cuda_agent.sandbox.torch_timing import oracle_function
+
+N = 1 << 20
+
+
+def saxpy_problem(n: int = N) -> Problem:
+    arguments = (
+        ArgumentPlan("a", "scalar", "float32", (), Distribution("value", value=2.0)),
+        ArgumentPlan("x", "input", "float32", (n,)),
+        ArgumentPlan("y", "inout", "float32", (n,)),
+        ArgumentPlan("n", "scalar", "int32", (), Distribution("value", value=n)),
+    )
+    return Problem(f"n={n}", {"n": n}, arguments, {"y": Tolerance.default("float32")}, {"y": "a * x + y"},
+                   bytes_moved=12 * n)  # fmt: skip
+
+
+FAKE_TORCH = types.SimpleNamespace(nn=types.SimpleNamespace(functional=types.SimpleNamespace()))
+
+
+def test_oracle_function_takes_the_tensors_and_returns_the_outputs_in_order() -> None:
+    function, outputs = oracle_function(saxpy_problem(4), {"a": 2.0, "n": 4}, FAKE_TORCH)
+    assert outputs == ("y",)
+    assert function.__code__.co_varnames[:2] == ("x", "y")  # inputs and inouts, in signature order
+    x, y = np.arange(4.0), np.ones(4)
+    (result,) = function(x, y)
+    np.testing.assert_array_equal(result, 2.0 * x + y)
+
+
+def test_oracle_function_has_no_builtins_and_needs_an_oracle() -> None:
+    problem = saxpy_problem(4)
+    sneaky = Problem(problem.label, problem.sizes, problem.arguments, problem.tolerances, {"y": "len(x)"})
+    function, _ = oracle_function(sneaky, {}, FAKE_TORCH)
+    with pytest.raises(NameError):
+        function(np.zeros(4), np.zeros(4))
+    empty = Problem(problem.label, problem.sizes, problem.arguments, problem.tolerances, None)
+    with pytest.raises(ValueError, match="no PyTorch oracle"):
+        oracle_function(empty, {}, FAKE_TORCH)
+
+
+@pytest.mark.gpu
+def test_time_torch_request_times_eager_and_compiled(sandbox) -> None:  # type: ignore[no-untyped-def]
+    result = sandbox._request(TimeTorchRequest(saxpy_problem(1 << 24), budget_s=0.3), None)
+    assert isinstance(result, TorchTimingResult), result
+    assert result.eager is not None and result.eager.runs >= 10 and result.eager.median_ms > 0
+    assert result.compiled is not None and result.compiled.median_ms > 0, result.note
+    assert "torch.compile took" in result.note
+    # 200 MB moved: at most the copy bandwidth of any GPU we run on; far from zero.
+    assert 0.02 < result.eager.median_ms < 50
+
+
+@pytest.mark.gpu
+def test_time_torch_eager_only_and_a_failing_expression(sandbox) -> None:  # type: ignore[no-untyped-def]
+    problem = saxpy_problem(4096)
+    eager = sandbox._request(TimeTorchRequest(problem, budget_s=0.1, compile=False), None)
+    assert isinstance(eager, TorchTimingResult) and eager.eager is not None and eager.compiled is None
+    bad = Problem(problem.label, problem.sizes, problem.arguments, problem.tolerances, {"y": "x @ y @ x"})
+    failed = sandbox._request(TimeTorchRequest(bad, budget_s=0.1), None)
+    assert isinstance(failed, TorchTimingResult) and failed.eager is None
+    assert "torch eager failed" in failed.note
