@@ -194,8 +194,10 @@ def _time_both(
         return TorchTimingResult(eager, None, "; ".join(notes))
     compiled = None
     try:
-        compiled_function = torch.compile(function)
+        # Announced before torch.compile is even touched: importing Dynamo and Inductor alone takes
+        # seconds on a fresh machine (seen on the H200 as a 5 s "hang").
         beat("torch.compile: compiling the oracle", expect_silence_s=COMPILE_SILENCE_S)
+        compiled_function = torch.compile(function)
         started = time.perf_counter()
         result = compiled_function(*inputs.tensors)  # compiles; not timed
         torch.cuda.synchronize()

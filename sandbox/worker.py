@@ -89,26 +89,27 @@ def _warm_up(stream: Any) -> None:
             ("float32", Distribution()), ("bfloat16", Distribution()), ("float16", Distribution()),
             ("float64", Distribution()), ("int32", integers), ("float32", Distribution("uniform")),
         ):  # fmt: skip
-            x_plan = ArgumentPlan("x", "input", dtype, (64,), dist)  # type: ignore[arg-type]
-            y_plan = ArgumentPlan("y", "output", dtype, (64,))  # type: ignore[arg-type]
-            problem = Problem("warm-up", {}, (x_plan, y_plan), {})
-            args = ArgumentSet(problem)
-            args.load(draw_inputs(problem, 1))
-            args.poison_outputs(0xFF)
-            x, y = args.buffers["x"].data, args.buffers["y"].data
-            changed = x.copy()
-            changed[:1] += 1  # one element off: the failure paths compile too
-            tolerance = Tolerance.default(dtype)
-            for first, second in ((x, x), (x, changed)):
-                compare_output(first, second, tolerance, dtype)
-                check_deterministic(first, second, tolerance, dtype)
-                check_unchanged(first, second, dtype=dtype)
-            unwritten_elements(y, y, 0xFF, 0xA5)
-            unwritten_elements(y, changed, 0xFF, 0xA5)
-            count_poisoned(y, 0xFF).get()
-            args.check_guards()
-            args.buffers["y"].raw[:1] = 0
-            args.check_guards()
+            for shape in ((64,), (8, 8)):  # CuPy specialises some kernels by rank: 2-D problems too
+                x_plan = ArgumentPlan("x", "input", dtype, shape, dist)  # type: ignore[arg-type]
+                y_plan = ArgumentPlan("y", "output", dtype, shape)  # type: ignore[arg-type]
+                problem = Problem("warm-up", {}, (x_plan, y_plan), {})
+                args = ArgumentSet(problem)
+                args.load(draw_inputs(problem, 1))
+                args.poison_outputs(0xFF)
+                x, y = args.buffers["x"].data, args.buffers["y"].data
+                changed = x.copy()
+                changed[:1] += 1  # one element off: the failure paths compile too
+                tolerance = Tolerance.default(dtype)
+                for first, second in ((x, x), (x, changed)):
+                    compare_output(first, second, tolerance, dtype)
+                    check_deterministic(first, second, tolerance, dtype)
+                    check_unchanged(first, second, dtype=dtype)
+                unwritten_elements(y, y, 0xFF, 0xA5)
+                unwritten_elements(y, changed, 0xFF, 0xA5)
+                count_poisoned(y, 0xFF).get()
+                args.check_guards()
+                args.buffers["y"].raw[:1] = 0
+                args.check_guards()
         stream.synchronize()
     cupy.get_default_memory_pool().free_all_blocks()
 
