@@ -6,6 +6,7 @@ Every step's result is plain data, cached on disk by everything it depends on.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -263,7 +264,7 @@ class Engine:
     ) -> TorchTimingResult | WorkerError:
         """The spec's PyTorch oracle at the benchmark size, timed eager and with `torch.compile`: what a
         user would otherwise run, so what a rewrite is compared with. Cached by the problem and the device
-        like other results (the key does not see the torch version: clear the cache after upgrading it)."""
+        like other results, and by the installed torch version (read from its metadata, not imported)."""
         problem = baseline.problems[0] if baseline.problems else None
         if problem is None or not problem.oracle:
             return TorchTimingResult(None, None, "the spec has no PyTorch oracle: no reference to time")
@@ -278,7 +279,7 @@ class Engine:
             ceilings_tflops=ceilings.flops_tflops.get(problem.flop_dtype) if ceilings else None,
             compile=compile,
         )
-        key = result_key("torch", request, self._device_key())
+        key = result_key("torch", request, self._device_key(), _installed_version("torch"))
         cached = self.cache.get(key)
         if isinstance(cached, TorchTimingResult):
             return cached
@@ -327,3 +328,10 @@ class Engine:
 def _first(kernel: KernelUnderTest) -> KernelUnderTest:
     """The kernel with only its benchmark-size launch: timing runs the benchmark problem alone."""
     return replace(kernel, launches=kernel.launches[:1])
+
+
+def _installed_version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
