@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -98,6 +99,21 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="GPU, driver, CUDA, NVRTC, nvcc, CuPy and measured ceilings")
     common(doctor)
 
+    serve = sub.add_parser("serve", help="run the language server (stdio, or TCP for a remote GPU box)")
+    serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of talking over stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=2087, help="TCP port (default 2087; 0 picks a free one)")
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("CUDA_AGENT_TOKEN"),
+        help='clients must send it in initializationOptions {"token": ...}; required off loopback '
+        "(default: $CUDA_AGENT_TOKEN)",
+    )
+    serve.add_argument(
+        "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="stderr only"
+    )
+    common(serve)
+
     bench = sub.add_parser("bench", help="optimize the bench suite and compare with torch.compile")
     bench_main = _bench_main()
     if bench_main is not None:
@@ -111,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = EngineSettings(
         gpu_index=args.gpu, timeout_s=args.timeout, arch=args.arch, use_cache=not args.no_cache
     )
+    if args.command == "serve":
+        return cmd_serve(settings, args)
     try:
         with Engine(settings) as engine:
             return COMMANDS[args.command](engine, args)
@@ -363,6 +381,31 @@ def _nvrtc_version() -> str:
         return f"{major}.{minor}"
     except Exception as exc:  # any failure to load the library is reported, not raised
         return f"[yellow]unavailable ({exc})[/]"
+
+
+def cmd_serve(settings: EngineSettings, args: argparse.Namespace) -> int:
+    """The language server. Its engine is created lazily on the server's engine thread, not here."""
+    import logging
+
+    from cuda_agent.server.backend import Backend
+    from cuda_agent.server.transport import InsecureBind, check_bind, run_tcp, serve_stdio
+
+    # stderr only: stdout is the LSP channel in stdio mode.
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level, format="cuda-agent %(levelname)s: %(message)s"
+    )
+    if args.log_level != "DEBUG":
+        logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
+    if not args.tcp:
+        serve_stdio(Backend(settings), token=args.token)
+        return 0
+    try:
+        check_bind(args.host, args.token)
+    except InsecureBind as exc:
+        err.print(f"[bold red]cuda-agent: error:[/] {escape(str(exc))}")
+        return 2
+    run_tcp(Backend(settings), args.host, args.port, args.token)
+    return 0
 
 
 COMMANDS = {

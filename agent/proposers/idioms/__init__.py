@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.idioms import atomic_reduction, histogram, matmul, row_wise, transpose
+from cuda_agent.agent.proposers.idioms import (
+    atomic_reduction,
+    histogram,
+    matmul,
+    row_wise,
+    stencil,
+    transpose,
+)
 from cuda_agent.agent.targets import KernelTarget
 
 IDIOM_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
@@ -19,6 +26,7 @@ IDIOM_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     row_wise.PROPOSER: row_wise.propose,
     transpose.PROPOSER: transpose.propose,
     matmul.PROPOSER: matmul.propose,
+    stencil.PROPOSER: stencil.propose,
 }
 
 __all__ = ["IDIOM_PROPOSERS"]

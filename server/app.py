@@ -1,0 +1,276 @@
+"""The language server: one instance per client session, features registered in `create_server`.
+
+Handlers answer from memory (documents.py); anything slow (analysing a big file, compiling, the GPU)
+runs off the event loop. A failing handler logs to stderr and answers empty: a language server that dies
+on odd input takes the editor's features with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
+from cuda_agent.server import actions, diagnostics, hover, lenses
+from cuda_agent.server.access import presented_token, token_accepted
+from cuda_agent.server.backend import Backend
+from cuda_agent.server.documents import Document, Documents, current_analysis, restart_timer
+from cuda_agent.server.jobs import OptimizationJobs
+from lsprotocol import types
+from pygls.exceptions import JsonRpcServerError
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from cuda_agent import __version__
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEBOUNCE_S = 0.15  # after the last keystroke, before re-analysing: a burst of typing costs one parse
+NO_GPU_HINT = (
+    "Discovery, spec checks and compile diagnostics still work. To optimize, run the server on a machine "
+    "with an NVIDIA GPU, or start `cuda-agent serve --tcp` on a GPU box and connect the editor to it."
+)
+
+
+class CudaAgentProtocol(LanguageServerProtocol):
+    """Over TCP, a client's `exit` ends its own connection, not the process that serves the next client."""
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
+        server = self._server
+        if not isinstance(server, CudaAgentServer) or not server.session_mode:
+            yield from super().lsp_exit(*args)
+            return
+        server.end_session()
+        if self.writer is not None:
+            self.writer.close()
+
+
+class CudaAgentServer(LanguageServer):
+    def __init__(self, backend: Backend, *, token: str | None, session_mode: bool) -> None:
+        super().__init__("cuda-agent", __version__, protocol_cls=CudaAgentProtocol)
+        self.backend = backend
+        self.token = token  # None: no token asked (loopback only; the CLI enforces that)
+        self.session_mode = session_mode  # one of many sessions of a TCP server
+        self.documents = Documents()
+        self.jobs = OptimizationJobs()
+        self.refused = False
+        self.gpu_message_shown = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, work: Awaitable[None]) -> None:
+        """Run background work, keeping a reference (asyncio holds tasks weakly) and logging failures."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("background task failed", exc_info=task.exception())
+
+    def end_session(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        self.documents.close_all()
+        self.jobs.cancel_all()
+
+    def publish(self, document: Document) -> None:
+        """Publish the document's diagnostics if its analysis describes the text as it is now."""
+        analysis = document.analysis
+        if analysis is None or not self.documents.is_current(document, analysis.version):
+            return
+        self.text_document_publish_diagnostics(diagnostics.publish_params(document, analysis))
+
+
+def guarded(default: Callable[[], T]) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
+    """Never let a handler's failure reach the client as a crash: log it, answer `default()`."""
+
+    def wrap(handler: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+        @functools.wraps(handler)
+        async def run(ls: CudaAgentServer, *args: Any) -> T:
+            if ls.refused:
+                return default()
+            try:
+                return await handler(ls, *args)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("%s failed", handler.__name__)
+                return default()
+
+        return run
+
+    return wrap
+
+
+def create_server(
+    backend: Backend, *, token: str | None = None, session_mode: bool = False
+) -> CudaAgentServer:
+    server = CudaAgentServer(backend, token=token, session_mode=session_mode)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: CudaAgentServer, params: types.InitializeParams) -> None:
+        if token_accepted(ls.token, presented_token(params.initialization_options)):
+            return
+        ls.refused = True
+        writer = ls.protocol.writer
+        if writer is not None and ls.session_mode:
+            # After the error response is written: a refused client gets nothing more from this socket.
+            asyncio.get_running_loop().call_later(0.2, writer.close)
+        raise JsonRpcServerError(
+            'cuda-agent: this server needs a token: set initializationOptions {"token": "..."} to the '
+            "value it was started with (--token or CUDA_AGENT_TOKEN)",
+            code=-32001,
+            data={"retry": False},
+        )
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: CudaAgentServer, params: None) -> None:
+        # Stops compiles at their next kernel, so `exit` does not wait for a long save to finish.
+        ls.end_session()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    @guarded(lambda: None)
+    async def did_open(ls: CudaAgentServer, params: types.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        document = ls.documents.open(item.uri, item.version, item.text)
+        ls.spawn(_analyse_and_publish(ls, document, delay_s=0.0))
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    @guarded(lambda: None)
+    async def did_change(ls: CudaAgentServer, params: types.DidChangeTextDocumentParams) -> None:
+        text = ls.workspace.get_text_document(params.text_document.uri)  # pygls applied the changes
+        document = ls.documents.change(text.uri, params.text_document.version, text.source)
+        restart_timer(document, _analyse_and_publish(ls, document, delay_s=DEBOUNCE_S))
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    @guarded(lambda: None)
+    async def did_save(ls: CudaAgentServer, params: types.DidSaveTextDocumentParams) -> None:
+        document = ls.documents.get(params.text_document.uri)
+        if document is not None:
+            ls.spawn(_compile_and_publish(ls, document))
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    @guarded(lambda: None)
+    async def did_close(ls: CudaAgentServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.documents.close(params.text_document.uri)
+        ls.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[])
+        )
+
+    @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
+    @guarded(list)
+    async def code_lens(ls: CudaAgentServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+        document = ls.documents.get(params.text_document.uri)
+        if document is None:
+            return []
+        return lenses.code_lenses(await current_analysis(document), document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    @guarded(lambda: None)
+    async def on_hover(ls: CudaAgentServer, params: types.HoverParams) -> types.Hover | None:
+        document = ls.documents.get(params.text_document.uri)
+        if document is None:
+            return None
+        analysis = await current_analysis(document)
+        fresh = document.current_compile() is not None
+        return hover.hover(analysis, params.position, document.resources, fresh)
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]),
+    )
+    @guarded(list)
+    async def code_action(ls: CudaAgentServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        document = ls.documents.get(params.text_document.uri)
+        if document is None:
+            return []
+        return actions.code_actions(await current_analysis(document), params, _document_changes(ls))
+
+    @server.command(lenses.ADD_SPEC_COMMAND)
+    @guarded(lambda: None)
+    async def add_spec(ls: CudaAgentServer, *arguments: Any) -> None:
+        found = await _command_target(ls, arguments)
+        if found is None:
+            return
+        document, analysis_target = found
+        analysis = await current_analysis(document)
+        edit = actions.add_spec_edit(analysis, document.uri, analysis_target, _document_changes(ls))
+        if edit is not None:
+            await ls.workspace_apply_edit_async(
+                types.ApplyWorkspaceEditParams(edit=edit, label=actions.ADD_SPEC_TITLE)
+            )
+
+    @server.command(lenses.OPTIMIZE_COMMAND)
+    @guarded(lambda: None)
+    async def optimize(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
+        found = await _command_target(ls, arguments)
+        if found is None:
+            return {"started": False, "reason": "no such kernel in an open document"}
+        document, target = found
+        gpu = await ls.backend.gpu_status()
+        if not gpu.available:
+            message = (
+                f"cuda-agent: optimizing needs an NVIDIA GPU, and there is none here ({gpu.reason}). "
+                f"{NO_GPU_HINT}"
+            )
+            if not ls.gpu_message_shown:  # said once per session, clearly; later clicks only log it
+                ls.gpu_message_shown = True
+                ls.window_show_message(
+                    types.ShowMessageParams(type=types.MessageType.Warning, message=message)
+                )
+            else:
+                ls.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+            return {"started": False, "reason": "no GPU"}
+        answer = await ls.jobs.request(document.uri, document.version, target, gpu)
+        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Info, message=answer.message))
+        return {"started": answer.started, "reason": answer.message}
+
+    return server
+
+
+def _document_changes(ls: CudaAgentServer) -> bool:
+    workspace = ls.client_capabilities.workspace
+    edit = workspace.workspace_edit if workspace else None
+    return bool(edit and edit.document_changes)
+
+
+async def _command_target(ls: CudaAgentServer, arguments: tuple[Any, ...]) -> tuple[Document, Any] | None:
+    """(document, kernel target) from a command's [uri, kernel name] arguments, as the lenses send them."""
+    if len(arguments) < 2 or not isinstance(arguments[0], str) or not isinstance(arguments[1], str):
+        logger.warning("command arguments should be [uri, kernel name], got %r", arguments)
+        return None
+    document = ls.documents.get(arguments[0])
+    if document is None:
+        return None
+    target = (await current_analysis(document)).target_named(arguments[1])
+    return (document, target) if target is not None else None
+
+
+async def _analyse_and_publish(ls: CudaAgentServer, document: Document, delay_s: float) -> None:
+    if delay_s:
+        await asyncio.sleep(delay_s)
+    await current_analysis(document)
+    ls.publish(document)
+
+
+async def _compile_and_publish(ls: CudaAgentServer, document: Document) -> None:
+    """Compile the saved text off the event loop; a result for text that has changed since is dropped."""
+    analysis = await current_analysis(document)
+    version = analysis.version
+    ls.publish(document)  # the cheap diagnostics at once, in case a debounce was still pending
+    result = await ls.backend.compile_file(
+        analysis.targets, lambda: ls.documents.is_current(document, version)
+    )
+    if not result.complete or not ls.documents.is_current(document, version):
+        logger.info("dropped the compile of %s version %s: the text changed", document.uri, version)
+        return
+    document.compiled, document.compiled_version = result, version
+    document.resources.update(result.resources)
+    ls.publish(document)

@@ -1,0 +1,142 @@
+"""Per-document state, kept in memory: the text's version, its analysis (kernels, specs, spec errors) and
+the last compile. Hover, code lens and code actions answer from here, never from the disk or a compiler.
+
+An analysis is computed off the event loop (a huge file must not stall the editor) and is always tagged
+with the version of the text it was computed from, so nothing computed for old text is shown as current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
+from cuda_agent.server.backend import FileCompile, KernelResources
+from cuda_agent.server.positions import split_lines
+from pygls.uris import to_fs_path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    version: int
+    targets: FileTargets
+    lines: tuple[str, ...]
+
+    def target_named(self, name: str) -> KernelTarget | None:
+        return next((t for t in self.targets.targets if t.kernel.name == name), None)
+
+    def target_at(self, line: int, byte_column: int) -> KernelTarget | None:
+        """The kernel whose definition holds the position (0-based line, UTF-8 byte column)."""
+        return next((t for t in self.targets.targets if t.kernel.span.contains(line, byte_column)), None)
+
+
+@dataclass
+class Document:
+    uri: str
+    path: Path
+    version: int
+    text: str
+    analysis: Analysis | None = None
+    compiled: FileCompile | None = None
+    compiled_version: int | None = None
+    # Resources survive edits (labelled "at last save" in hover): registers rarely move with a keystroke.
+    resources: dict[str, KernelResources] = field(default_factory=dict)
+    _analysing: tuple[int, asyncio.Task[Analysis]] | None = None
+    _debounce: asyncio.Task[None] | None = None
+
+    def current_compile(self) -> FileCompile | None:
+        """The compile result, only while the text is exactly what was compiled."""
+        return self.compiled if self.compiled_version == self.version else None
+
+
+def analyse(path: Path, text: str, version: int) -> Analysis:
+    """Discovery and specs for one version of a text. Never raises: whatever the text, the server answers."""
+    try:
+        targets = load_targets(path, text)
+    except Exception:  # tree-sitter and the spec parser are robust, but a crash here would be the server's
+        logger.exception("analysing %s failed", path)
+        targets = FileTargets(path, text, (), ())
+    return Analysis(version, targets, split_lines(text))
+
+
+def uri_path(uri: str) -> Path:
+    """The file the compiler is told about (for `#include "..."` next to it); untitled buffers get a name."""
+    try:
+        path = to_fs_path(uri)
+    except Exception:
+        path = None
+    return Path(path) if path else Path("untitled.cu")
+
+
+class Documents:
+    def __init__(self) -> None:
+        self._documents: dict[str, Document] = {}
+
+    def get(self, uri: str) -> Document | None:
+        return self._documents.get(uri)
+
+    def open(self, uri: str, version: int, text: str) -> Document:
+        self.close(uri)
+        document = Document(uri, uri_path(uri), version, text)
+        self._documents[uri] = document
+        return document
+
+    def change(self, uri: str, version: int, text: str) -> Document:
+        document = self._documents.get(uri)
+        if document is None:
+            return self.open(uri, version, text)
+        document.version, document.text = version, text
+        return document
+
+    def close(self, uri: str) -> None:
+        document = self._documents.pop(uri, None)
+        if document is not None:
+            cancel(document)
+
+    def close_all(self) -> None:
+        for uri in list(self._documents):
+            self.close(uri)
+
+    def is_current(self, document: Document, version: int) -> bool:
+        """Whether `version` is still the open text's version (the document may also have been closed)."""
+        return self._documents.get(document.uri) is document and document.version == version
+
+
+def cancel(document: Document) -> None:
+    if document._debounce is not None:
+        document._debounce.cancel()
+    if document._analysing is not None:
+        document._analysing[1].cancel()
+
+
+async def current_analysis(document: Document) -> Analysis:
+    """The analysis of the document's current text, computing it now if the debounce has not yet.
+
+    Loops because the text may change while a thread analyses it; each round takes one parse."""
+    while True:
+        analysis = document.analysis
+        if analysis is not None and analysis.version == document.version:
+            return analysis
+        version = document.version
+        if document._analysing is None or document._analysing[0] != version:
+            task = asyncio.ensure_future(asyncio.to_thread(analyse, document.path, document.text, version))
+            document._analysing = (version, task)
+        # Shielded: a cancelled request (or debounce) must not cancel the analysis others wait for.
+        analysis = await asyncio.shield(document._analysing[1])
+        if document.analysis is None or document.analysis.version < analysis.version:
+            document.analysis = analysis
+        if analysis.version == document.version:
+            return analysis
+
+
+def restart_timer(document: Document, work: Coroutine[object, object, None]) -> None:
+    """Run `work` as the document's one pending debounced job, cancelling the one before (an edit
+    restarts the timer, so a burst of keystrokes costs one analysis)."""
+    if document._debounce is not None:
+        document._debounce.cancel()
+    document._debounce = asyncio.ensure_future(work)

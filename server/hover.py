@@ -1,0 +1,86 @@
+"""Hover on a kernel's name: a Markdown table of what is known about it, answered from memory."""
+
+from __future__ import annotations
+
+from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.server.backend import KernelResources
+from cuda_agent.server.documents import Analysis
+from cuda_agent.server.positions import span_range, to_byte_column
+from lsprotocol import types
+
+NO_TIMINGS = "_Verified timings appear after an optimization run (needs a GPU)._"
+
+
+def hover(
+    analysis: Analysis, position: types.Position, resources: dict[str, KernelResources], fresh: bool
+) -> types.Hover | None:
+    """`fresh`: the resources come from compiling exactly this text (else they are from the last save)."""
+    line, column = to_byte_column(analysis.lines, position)
+    target = next(
+        (t for t in analysis.targets.targets if t.kernel.name and t.kernel.name_span.contains(line, column)),
+        None,
+    )
+    if target is None:
+        return None
+    return types.Hover(
+        contents=types.MarkupContent(
+            kind=types.MarkupKind.Markdown,
+            value=kernel_markdown(target, resources.get(target.kernel.name), fresh),
+        ),
+        range=span_range(analysis.lines, target.kernel.name_span),
+    )
+
+
+def _cell(text: object) -> str:
+    """Markdown table cells cannot hold '|' or newlines."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def kernel_markdown(target: KernelTarget, resources: KernelResources | None, fresh: bool) -> str:
+    kernel, spec = target.kernel, target.spec
+    if spec is None:
+        origin = target.note
+    elif spec.inferred:
+        origin = spec.inference_note
+    else:
+        origin = "spec written in the file"
+    parts = [f"**`{_cell(kernel.qualified_name)}`** · {_cell(origin)}", ""]
+    rows = ["| parameter | role | dtype | shape / value |", "|---|---|---|---|"]
+    arguments = {a.name: a for a in spec.arguments} if spec else {}
+    for parameter in kernel.parameters:
+        argument = arguments.get(parameter.name)
+        if argument is None:
+            rows.append(f"| `{_cell(parameter.text)}` | ? | ? | |")
+            continue
+        shape = " × ".join(argument.shape) if argument.shape else _cell(argument.value or "")
+        rows.append(
+            f"| `{_cell(parameter.name)}` | {argument.role} | {argument.dtype} | {_cell(shape) or '—'} |"
+        )
+    parts += [*rows, ""]
+    facts = ["| | |", "|---|---|"]
+    if spec is not None:
+        launch = spec.launch
+        block = ", ".join(str(b) for b in launch.block)
+        grid = ", ".join(launch.grid)
+        facts.append(f"| launch | block ({_cell(block)}) · grid ({_cell(grid)}) |")
+        if launch.shared_bytes not in ("0", ""):
+            facts.append(f"| dynamic shared | {_cell(launch.shared_bytes)} B |")
+        sizes = ", ".join(f"{name} = {value:,}" for name, value in spec.sizes.items())
+        facts.append(f"| sizes | {_cell(sizes) or '—'} |")
+    if kernel.launch_bounds:
+        facts.append(f"| launch bounds | `{_cell(kernel.launch_bounds)}` |")
+    if resources is not None:
+        when = "" if fresh else " (at last save)"
+        facts.append(
+            f"| compile{when} | {_count(resources.registers, 'registers')} · "
+            f"{_count(resources.shared_bytes, 'B shared')} · {_count(resources.spill_bytes, 'B spilled')} "
+            f"({resources.backend}, {resources.arch}) |"
+        )
+    else:
+        facts.append("| compile | not compiled yet: saving compiles the file |")
+    parts += [*facts, "", NO_TIMINGS]
+    return "\n".join(parts)
+
+
+def _count(value: int | None, unit: str) -> str:
+    return f"{value} {unit}" if value is not None else f"? {unit}"

@@ -1,0 +1,75 @@
+"""Positions at the LSP edge: the engine counts UTF-8 bytes (tree-sitter) or characters (compilers) in
+0- or 1-based lines; LSP counts UTF-16 code units in 0-based lines. Every conversion lives here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cuda_agent.agent.kernels import Span, utf8_column, utf16_column
+from lsprotocol import types
+
+
+def split_lines(text: str) -> tuple[str, ...]:
+    """Lines as tree-sitter counts them (rows end at '\\n'; a '\\r' stays at the end of its line, where it
+    does not move any column before it)."""
+    return tuple(text.split("\n"))
+
+
+def _line(lines: Sequence[str], line: int) -> str:
+    return lines[line] if 0 <= line < len(lines) else ""
+
+
+def _clamp_line(lines: Sequence[str], line: int) -> int:
+    return max(0, min(line, len(lines) - 1)) if lines else 0
+
+
+def byte_position(lines: Sequence[str], line: int, byte_column: int) -> types.Position:
+    """An LSP position from a 0-based line and a UTF-8 byte column."""
+    line = _clamp_line(lines, line)
+    return types.Position(line=line, character=utf16_column(_line(lines, line), max(0, byte_column)))
+
+
+def byte_range(lines: Sequence[str], line: int, column: int, end_line: int, end_column: int) -> types.Range:
+    return types.Range(
+        start=byte_position(lines, line, column), end=byte_position(lines, end_line, end_column)
+    )
+
+
+def span_range(lines: Sequence[str], span: Span) -> types.Range:
+    return byte_range(lines, span.start_line, span.start_column, span.end_line, span.end_column)
+
+
+def line_range(lines: Sequence[str], line: int) -> types.Range:
+    """The whole of a 0-based line (for diagnostics whose compiler gives no column)."""
+    line = _clamp_line(lines, line)
+    text = _line(lines, line).rstrip("\r")
+    start = len(text) - len(text.lstrip())  # skip indentation: the squiggle sits under the code
+    return types.Range(
+        start=types.Position(line=line, character=utf16_column(text, len(text[:start].encode()))),
+        end=types.Position(line=line, character=utf16_column(text, len(text.encode()))),
+    )
+
+
+def character_range(lines: Sequence[str], line: int, column: int) -> types.Range:
+    """From a 0-based line and a 0-based *character* column (what compilers print) to the end of the
+    word there, in UTF-16 units."""
+    line = _clamp_line(lines, line)
+    text = _line(lines, line)
+    column = max(0, min(column, len(text)))
+    end = column
+    while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+        end += 1
+    end = max(end, min(column + 1, len(text)))
+
+    def units(chars: int) -> int:
+        return len(text[:chars].encode("utf-16-le")) // 2
+
+    return types.Range(
+        start=types.Position(line=line, character=units(column)),
+        end=types.Position(line=line, character=units(end)),
+    )
+
+
+def to_byte_column(lines: Sequence[str], position: types.Position) -> tuple[int, int]:
+    """(0-based line, UTF-8 byte column) of an LSP position, to compare with the engine's spans."""
+    return position.line, utf8_column(_line(lines, position.line), position.character)

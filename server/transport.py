@@ -1,0 +1,99 @@
+"""How clients reach the server: stdio (an editor starts it) or TCP (a headless server on a GPU box).
+
+pygls's own `start_tcp` serves one connection and then shuts the process down. Here each connection gets
+a fresh session (its own LanguageServer: documents, capabilities, token check) over pygls's protocol and
+message loop, while the Backend (engine, GPU worker) is shared, so clients can come and go and the next
+one finds the worker warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Callable
+
+from cuda_agent.server.access import TOKEN_ENV, is_loopback
+from cuda_agent.server.app import create_server
+from cuda_agent.server.backend import Backend
+from pygls.io_ import run_async
+
+logger = logging.getLogger(__name__)
+
+
+class InsecureBind(Exception):
+    """Listening beyond loopback without a token would let anyone on the network run code on the GPU."""
+
+
+def serve_stdio(backend: Backend, token: str | None = None) -> None:
+    server = create_server(backend, token=token)
+    try:
+        server.start_io()
+    finally:
+        backend.close()
+
+
+def check_bind(host: str, token: str | None) -> None:
+    if not is_loopback(host) and not token:
+        raise InsecureBind(
+            f"refusing to listen on {host} without a token: anyone who can reach it could run code on this "
+            f"machine's GPU. Pass --token (or set {TOKEN_ENV}) and give clients the same token in "
+            'initializationOptions {"token": ...}; or listen on 127.0.0.1 and reach it through an SSH tunnel.'
+        )
+
+
+async def serve_tcp(
+    backend: Backend,
+    host: str,
+    port: int,
+    token: str | None,
+    on_listening: Callable[[str, int], None] | None = None,
+) -> None:
+    """Serve clients one after another (or side by side) until cancelled."""
+    check_bind(host, token)
+
+    async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        logger.info("client connected: %s", peer)
+        server = create_server(backend, token=token, session_mode=True)
+        server.protocol.set_writer(writer)  # type: ignore[arg-type]  # StreamWriter has write/close
+        try:
+            await run_async(
+                stop_event=threading.Event(),
+                reader=reader,
+                protocol=server.protocol,
+                logger=logger,
+                error_handler=server.report_server_error,
+            )
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away mid-message: the same as a disconnect
+        finally:
+            server.end_session()
+            if server._thread_pool is not None:
+                server._thread_pool.shutdown(wait=False)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            logger.info("client disconnected: %s", peer)
+
+    listener = await asyncio.start_server(session, host, port)
+    bound = listener.sockets[0].getsockname()
+    if on_listening is not None:
+        on_listening(str(bound[0]), int(bound[1]))
+    async with listener:
+        await listener.serve_forever()
+
+
+def run_tcp(backend: Backend, host: str, port: int, token: str | None) -> None:
+    def announce(bound_host: str, bound_port: int) -> None:
+        # One line on stderr that scripts (and the tests) read to learn the port when --port 0 was asked.
+        print(f"cuda-agent: listening on {bound_host}:{bound_port}", file=sys.stderr, flush=True)
+
+    try:
+        asyncio.run(serve_tcp(backend, host, port, token, announce))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        backend.close()

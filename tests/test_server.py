@@ -1,0 +1,317 @@
+"""The language server end to end: the real `cuda-agent serve` process over stdio, driven by pytest-lsp."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from cuda_agent.agent.targets import load_targets
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from tests.server_support import (
+    SERVE,
+    SERVER_ENV,
+    apply_text_edits,
+    diagnostics_for,
+    edits_for,
+    make_recording_client,
+    open_document,
+    replace_text,
+    wait_until,
+)
+
+KERNELS = Path(__file__).parent / "kernels"
+SCALE_ADD = (KERNELS / "original_scale_add.cu").read_text()
+
+# Two kernels: one whose spec is inferred, one for which none can be (a pointer to pointers).
+TWO_KERNELS = (
+    SCALE_ADD
+    + """
+// Gathers through a table of row pointers: no spec can be inferred for that.
+__global__ void gather_rows(float** rows, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rows[i][0];
+}
+"""
+)
+
+COMPILE_ERROR = """// line 0
+__global__ void broken(float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = undefined_thing * 2.0f;
+    int unused_var = 3;
+}
+"""
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(
+        server_command=SERVE, server_env=SERVER_ENV, client_factory=make_recording_client
+    )
+)
+async def client(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=client_capabilities("visual-studio-code"))
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+def uri_of(tmp_path: Path, name: str) -> str:
+    return (tmp_path / name).as_uri()
+
+
+async def test_spec_error_is_reported_where_it_is_and_cleared_when_fixed(client: LanguageClient, tmp_path):
+    written = load_targets(Path("x.cu"), SCALE_ADD).targets[0].spec
+    from cuda_agent.agent.spec import render_spec
+
+    good = render_spec(written).replace("# spec inferred", "# was inferred") + "\n" + SCALE_ADD
+    # A wrong size name in a shape; a non-ASCII comment line above keeps the columns honest.
+    bad = good.replace(
+        'y = { role = "input", dtype = "float32", shape = ["n"] }',
+        'y = { role = "input", dtype = "float32", shape = ["m"] }',
+    )
+    assert bad != good
+    uri = uri_of(tmp_path, "spec.cu")
+    open_document(client, uri, bad, version=1)
+
+    diagnostics = await diagnostics_for(client, uri, 1)
+    errors = [d for d in diagnostics if d.severity == types.DiagnosticSeverity.Error]
+    assert len(errors) == 1, diagnostics
+    line = next(i for i, text in enumerate(bad.split("\n")) if '["m"]' in text)
+    column = bad.split("\n")[line].index('"m"') + 1  # the m inside the quotes
+    assert "unknown size 'm'" in errors[0].message
+    assert (errors[0].range.start.line, errors[0].range.start.character) == (line, column)
+
+    replace_text(client, uri, good, version=2)
+    assert await diagnostics_for(client, uri, 2) == []
+
+
+async def test_compile_errors_arrive_on_save_on_their_line(client: LanguageClient, tmp_path):
+    uri = uri_of(tmp_path, "broken.cu")
+    open_document(client, uri, COMPILE_ERROR)
+    await diagnostics_for(client, uri, 1)
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    diagnostics = await diagnostics_for(
+        client, uri, 1, accept=lambda ds: any(d.severity == types.DiagnosticSeverity.Error for d in ds)
+    )
+    error = next(d for d in diagnostics if d.severity == types.DiagnosticSeverity.Error)
+    assert 'identifier "undefined_thing" is undefined' in error.message
+    assert error.range.start.line == 3
+    assert error.range.start.character == COMPILE_ERROR.split("\n")[3].index("undefined_thing")
+    warning = next(d for d in diagnostics if d.severity == types.DiagnosticSeverity.Warning)
+    assert "unused_var" in warning.message and warning.range.start.line == 4
+
+
+async def test_a_compile_for_old_text_is_never_published(client: LanguageClient, tmp_path):
+    uri = uri_of(tmp_path, "racing.cu")
+    open_document(client, uri, COMPILE_ERROR)
+    await diagnostics_for(client, uri, 1)
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    replace_text(client, uri, COMPILE_ERROR.replace("undefined_thing", "(float)i"), version=2)
+    assert await diagnostics_for(client, uri, 2) == []
+    await asyncio.sleep(2.0)  # longer than the compile takes here (~0.5 s)
+    versions = [p.version for p in client.published if p.uri == uri]  # type: ignore[attr-defined]
+    assert versions[-1] == 2
+    after = versions[versions.index(2) :]
+    assert set(after) == {2}, versions
+
+
+async def test_code_lens_above_each_kernel_and_a_note_without_spec(client: LanguageClient, tmp_path):
+    uri = uri_of(tmp_path, "two.cu")
+    open_document(client, uri, TWO_KERNELS)
+    diagnostics = await diagnostics_for(client, uri, 1)
+    notes = [d for d in diagnostics if d.severity == types.DiagnosticSeverity.Information]
+    assert len(notes) == 1 and notes[0].message.startswith("gather_rows: no spec")
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    titles = [(lens.range.start.line, lens.command.title) for lens in lenses if lens.command]
+    lines = TWO_KERNELS.split("\n")
+    scale_line = next(i for i, t in enumerate(lines) if "void scale_add" in t)
+    gather_line = next(i for i, t in enumerate(lines) if "void gather_rows" in t)
+    assert titles == [
+        (scale_line, "▶ Optimize"),
+        (scale_line, "spec inferred · Add spec"),
+        (gather_line, "▶ Optimize"),
+    ]
+    optimize = next(lens for lens in lenses if lens.command and lens.range.start.line == gather_line)
+    assert optimize.command.command == "cudaAgent.optimize"
+    assert list(optimize.command.arguments) == [uri, "gather_rows"]
+
+
+async def test_hover_shows_what_is_known(client: LanguageClient, tmp_path):
+    uri = uri_of(tmp_path, "hover.cu")
+    open_document(client, uri, SCALE_ADD)
+    line = next(i for i, t in enumerate(SCALE_ADD.split("\n")) if "scale_add(" in t)
+    at = types.Position(line=line, character=SCALE_ADD.split("\n")[line].index("scale_add") + 3)
+    params = types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=at)
+    hover = await client.text_document_hover_async(params)
+    assert hover is not None and isinstance(hover.contents, types.MarkupContent)
+    text = hover.contents.value
+    assert "| `x` | input | float32 | n |" in text
+    assert "| `out` | output | float32 | n |" in text
+    assert "block (256) · grid (ceil_div(n, block.x))" in text
+    assert "n = 16,777,216" in text
+    assert "Verified timings appear after an optimization run (needs a GPU)" in text
+
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+
+    async def compiled() -> bool:
+        result = await client.text_document_hover_async(params)
+        return result is not None and "registers" in result.contents.value  # type: ignore[union-attr]
+
+    for _ in range(200):
+        if await compiled():
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("hover never showed compile resources")
+    away = types.Position(line=0, character=1)  # the comment on line 0 is no kernel name
+    assert (
+        await client.text_document_hover_async(
+            types.HoverParams(text_document=params.text_document, position=away)
+        )
+        is None
+    )
+
+
+async def test_add_benchmark_spec_writes_a_spec_that_parses(client: LanguageClient, tmp_path):
+    uri = uri_of(tmp_path, "addspec.cu")
+    open_document(client, uri, TWO_KERNELS)
+    line = next(i for i, t in enumerate(TWO_KERNELS.split("\n")) if "scale_add(" in t)
+    where = types.Range(
+        start=types.Position(line=line, character=30), end=types.Position(line=line, character=30)
+    )
+
+    def ask(only: list[str] | None) -> types.CodeActionParams:
+        return types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=where,
+            context=types.CodeActionContext(diagnostics=[], only=only),
+        )
+
+    assert not await client.text_document_code_action_async(ask([types.CodeActionKind.Refactor]))
+    actions = await client.text_document_code_action_async(ask([types.CodeActionKind.QuickFix]))
+    assert actions and [a.title for a in actions] == ["Add benchmark spec for scale_add"]
+    action = actions[0]
+    assert isinstance(action, types.CodeAction) and action.kind == types.CodeActionKind.QuickFix
+    assert action.edit is not None
+    edited = apply_text_edits(TWO_KERNELS, edits_for(action.edit, uri))
+    targets = load_targets(Path("addspec.cu"), edited)
+    assert targets.spec_errors == ()
+    scale_add = targets.find("scale_add")
+    assert scale_add is not None and scale_add.spec is not None and not scale_add.spec.inferred
+
+    # The edited text, sent back, gets no spec errors and the lens no longer offers to add the spec.
+    replace_text(client, uri, edited, version=2)
+    assert all(d.severity != types.DiagnosticSeverity.Error for d in await diagnostics_for(client, uri, 2))
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    assert [lens.command.title for lens in lenses if lens.command] == ["▶ Optimize", "▶ Optimize"]
+
+
+async def test_optimize_without_a_gpu_says_so_once(client: LanguageClient, tmp_path):
+    uri = uri_of(tmp_path, "opt.cu")
+    open_document(client, uri, SCALE_ADD)
+    command = types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "scale_add"])
+    first = await client.workspace_execute_command_async(command)
+    second = await client.workspace_execute_command_async(command)
+    assert first == second == {"started": False, "reason": "no GPU"}
+    await wait_until(lambda: client.messages, what="a window/showMessage")
+    await asyncio.sleep(0.2)
+    assert len(client.messages) == 1
+    message = client.messages[0]
+    assert message.type == types.MessageType.Warning
+    assert "optimizing needs an NVIDIA GPU" in message.message and "cuda-agent serve --tcp" in message.message
+    # A command for a kernel that is not there answers, and does not crash anything.
+    odd = types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "nope", 3])
+    assert (await client.workspace_execute_command_async(odd))["started"] is False
+
+
+BAD_INPUTS = {
+    "python.cu": "def main():\n    print('not CUDA at all')\n",
+    "junk.cu": "".join(chr(c) for c in range(0, 0x250)) + "\ufffd\U0001f600" * 50,
+    "half.cu": "template <typename T> __global__ void half(const T* x, T* y, int n) {\n  int i = blockIdx.",
+    "badspec.cu": "/* cuda-agent\n[sizes\nn = = 3\n*/\n" + SCALE_ADD,
+    "nameless.cu": "__global__ void (float* x) { x[0] = 1; }\n__global__ void\n",
+    "huge.cu": SCALE_ADD.replace("scale_add", "k{}") * 1
+    + "".join(SCALE_ADD.replace("scale_add", f"k{i}") for i in range(400)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+async def test_bad_input_never_crashes_the_server(client: LanguageClient, tmp_path, name):
+    uri = uri_of(tmp_path, name)
+    open_document(client, uri, BAD_INPUTS[name])
+    await diagnostics_for(client, uri, 1)
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    assert lenses is not None
+    for line in (0, 1, 3):
+        await client.text_document_hover_async(
+            types.HoverParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(line=line, character=5),
+            )
+        )
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    # Still answering after all that:
+    assert (
+        await client.text_document_code_lens_async(
+            types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+        is not None
+    )
+
+
+_TOKENS = [*"{}()<>[];*/\"'#_ \n\tabcxyz019+=é😀", "__global__ ", "/* cuda-agent\n", "*/", "<<<", ">>>"]
+_EDIT_TEXT = st.lists(st.sampled_from(_TOKENS), max_size=6).map("".join)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    edits=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), _EDIT_TEXT), min_size=1, max_size=8),
+    data=st.data(),
+)
+async def test_random_edits_never_crash_and_code_lens_always_answers(
+    client: LanguageClient, tmp_path, edits, data
+):
+    uri = uri_of(tmp_path, f"fuzz{abs(hash(repr(edits)))}.cu")
+    text = TWO_KERNELS
+    open_document(client, uri, text)
+    for version, (start_at, length, insert) in enumerate(edits, start=2):
+        start = int(start_at * len(text))
+        end = min(len(text), start + int(length * 40))
+        text = text[:start] + insert + text[end:]
+        replace_text(client, uri, text, version)
+        if data.draw(st.booleans()):
+            lenses = await client.text_document_code_lens_async(
+                types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+            )
+            assert lenses is not None
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    assert lenses is not None
+    kernels = {t.kernel.name for t in load_targets(Path("f.cu"), text).targets if t.kernel.name}
+    assert {lens.command.arguments[1] for lens in lenses if lens.command} == kernels
+    await diagnostics_for(client, uri, len(edits) + 1)
+    client.text_document_did_close(
+        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
