@@ -176,8 +176,8 @@ def _gpu_or_explain(engine: Engine) -> DeviceInfo | None:
     if isinstance(device, WorkerError):
         console.print(
             f"[yellow]No GPU: {escape(device.message)}[/]\n"
-            "Discovery, spec checks and compiling still ran; verifying, timing and optimizing need a GPU "
-            "(run on a GPU machine, or connect to a headless server on one)."
+            "Discovery, spec checks and compiling work without one (below); verifying, timing and optimizing "
+            "need a GPU (run on a GPU machine, or connect to a headless server on one)."
         )
         return None
     return device
@@ -205,10 +205,7 @@ def cmd_check(engine: Engine, args: argparse.Namespace) -> int:
         if target.spec.inferred:
             console.print(f"[bold]{target.kernel.name}[/]: {escape(target.spec.inference_note)}")
         if gpu is None:
-            result = engine.compile(target, target.source)
-            console.print(f"[bold]{target.kernel.name}[/]: compile {compile_line(result)}")
-            _print_compile_diagnostics(target, result)
-            failed |= not result.ok
+            failed |= not _compile_only(engine, target)
             continue
         with console.status(f"{target.kernel.name}: compiling, verifying, timing…"):
             baseline = engine.baseline(target)
@@ -217,6 +214,14 @@ def cmd_check(engine: Engine, args: argparse.Namespace) -> int:
         console.print()
         failed |= not baseline.usable
     return 1 if failed else 0
+
+
+def _compile_only(engine: Engine, target: KernelTarget) -> bool:
+    """Without a GPU: compile the kernel and show the result. True when it compiled."""
+    result = engine.compile(target, target.source)
+    console.print(f"[bold]{target.kernel.name}[/]: compile {compile_line(result)}")
+    _print_compile_diagnostics(target, result)
+    return result.ok
 
 
 def _print_compile_diagnostics(target: KernelTarget, result: object) -> None:
@@ -232,6 +237,9 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
     targets = _select(files, args.kernel)
     gpu = _gpu_or_explain(engine)
     if gpu is None:
+        for target in targets:
+            if _runnable(target):
+                _compile_only(engine, target)
         return 1
     proposers = tuple(args.proposer or PROPOSERS)
     source = files.source
