@@ -7,6 +7,7 @@ Every step's result is plain data, cached on disk by everything it depends on.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ from cuda_agent.sandbox.protocol import (
     TorchTimingResult,
     VerifyRequest,
 )
+from cuda_agent.sandbox.recorded import RECORDED_WORKER_ENV, RecordedSandbox
 from cuda_agent.sandbox.reports import (
     CompileResult,
     DeviceInfo,
@@ -87,7 +89,7 @@ class Engine:
     def __init__(self, settings: EngineSettings | None = None, cache: ResultCache | None = None) -> None:
         self.settings = settings or EngineSettings()
         self.cache = cache or ResultCache(enabled=self.settings.use_cache)
-        self._sandbox: Sandbox | None = None
+        self._sandbox: Sandbox | RecordedSandbox | None = None
         self._device: DeviceInfo | WorkerError | None = None
 
     # -- the GPU ---------------------------------------------------------------------------------------
@@ -95,7 +97,7 @@ class Engine:
     def device(self) -> DeviceInfo | WorkerError:
         """The GPU with measured ceilings (measured once per device and cached), or why there is none."""
         if self._device is None:
-            self._sandbox = Sandbox(gpu_index=self.settings.gpu_index, timeout_s=self.settings.timeout_s)
+            self._sandbox = _open_sandbox(self.settings)
             info = self._sandbox.device_info(measure_ceilings=False)
             if isinstance(info, DeviceInfo):
                 key = result_key("ceilings", info.name, info.compute_capability, info.driver_version)
@@ -323,6 +325,15 @@ class Engine:
     def _sandbox_time(self, request: TimeRequest) -> TimingResult | WorkerError:
         assert self._sandbox is not None
         return self._sandbox.time(request)
+
+
+def _open_sandbox(settings: EngineSettings) -> Sandbox | RecordedSandbox:
+    """The real GPU worker; or, for tests and CI only, a recording named by CUDA_AGENT_RECORDED_WORKER
+    (sandbox/recorded.py), answering through the same protocol types where there is no GPU."""
+    recording = os.environ.get(RECORDED_WORKER_ENV)
+    if recording:
+        return RecordedSandbox.from_file(recording)
+    return Sandbox(gpu_index=settings.gpu_index, timeout_s=settings.timeout_s)
 
 
 def _first(kernel: KernelUnderTest) -> KernelUnderTest:

@@ -1,15 +1,29 @@
-"""Code actions. This slice: "Add benchmark spec", a quick fix that writes the inferred spec above the
-kernel for the user to check and edit. Rewrites (`refactor.rewrite`, resolved lazily) come with GPU jobs."""
+"""Code actions on the kernels under the range: "Add benchmark spec" (a quick fix writing the inferred
+spec above the kernel), "Optimize kernel" (starts its job), and for a verified rewrite of exactly this
+text "Apply verified rewrite" (`refactor.rewrite`, the edit built on resolve from the rewrite id in
+`data`, as ruff-lsp does) and "Reject suggestion"."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from cuda_agent.agent.spec import render_spec
 from cuda_agent.agent.targets import KernelTarget
-from cuda_agent.server.documents import Analysis
+from cuda_agent.server.documents import Analysis, Document, Documents
+from cuda_agent.server.lenses import OPTIMIZE_COMMAND, REJECT_COMMAND
 from cuda_agent.server.positions import span_range, to_byte_column
+from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
 
 ADD_SPEC_TITLE = "Add benchmark spec"
+OPTIMIZE_TITLE = "Optimize kernel"
+REJECT_TITLE = "Reject suggestion"
+REWRITE_ANNOTATION = "cuda-agent.verified-rewrite"
+KINDS = [
+    types.CodeActionKind.QuickFix,
+    types.CodeActionKind.Refactor,
+    types.CodeActionKind.RefactorRewrite,
+]
 
 
 def wanted(only: list[str] | None, kind: str) -> bool:
@@ -18,25 +32,127 @@ def wanted(only: list[str] | None, kind: str) -> bool:
 
 
 def code_actions(
-    analysis: Analysis, params: types.CodeActionParams, document_changes: bool
+    analysis: Analysis, document: Document, params: types.CodeActionParams, document_changes: bool
 ) -> list[types.CodeAction]:
-    if not wanted(params.context.only, types.CodeActionKind.QuickFix):
-        return []
+    only, uri = params.context.only, params.text_document.uri
     start = to_byte_column(analysis.lines, params.range.start)
     end = to_byte_column(analysis.lines, params.range.end)
     targets = {id(t): t for t in (analysis.target_at(*start), analysis.target_at(*end)) if t is not None}
     actions = []
     for target in targets.values():
-        edit = add_spec_edit(analysis, params.text_document.uri, target, document_changes)
-        if edit is not None:
+        name = target.kernel.name
+        result = document.current_result(name) if analysis.version == document.version else None
+        if (
+            result is not None
+            and result.rewrite is not None
+            and wanted(only, types.CodeActionKind.RefactorRewrite)
+        ):
+            actions += rewrite_actions(result, params.context.diagnostics)
+        edit = add_spec_edit(analysis, uri, target, document_changes)
+        if edit is not None and wanted(only, types.CodeActionKind.QuickFix):
             actions.append(
                 types.CodeAction(
-                    title=f"{ADD_SPEC_TITLE} for {target.kernel.name}",
-                    kind=types.CodeActionKind.QuickFix,
-                    edit=edit,
+                    title=f"{ADD_SPEC_TITLE} for {name}", kind=types.CodeActionKind.QuickFix, edit=edit
+                )
+            )
+        if name and target.spec is not None and wanted(only, types.CodeActionKind.Refactor):
+            actions.append(
+                types.CodeAction(
+                    title=f"{OPTIMIZE_TITLE}: {name}",
+                    kind=types.CodeActionKind.Refactor,
+                    command=types.Command(
+                        title=OPTIMIZE_TITLE, command=OPTIMIZE_COMMAND, arguments=[uri, name]
+                    ),
                 )
             )
     return actions
+
+
+def rewrite_actions(result: OptimizeResult, diagnostics: list[types.Diagnostic]) -> list[types.CodeAction]:
+    """Apply (no edit yet: resolved from `data`) and Reject, tied to the diagnostic that announced it."""
+    assert result.rewrite is not None
+    announced = [d for d in diagnostics if d.data == result.rewrite_id] or None
+    return [
+        types.CodeAction(
+            title=f"Apply verified rewrite: {result.rewrite.speedup:.2f}× faster",
+            kind=types.CodeActionKind.RefactorRewrite,
+            diagnostics=announced,
+            is_preferred=True,
+            data=result.rewrite_id,
+        ),
+        types.CodeAction(
+            title=REJECT_TITLE,
+            kind=types.CodeActionKind.RefactorRewrite,
+            diagnostics=announced,
+            command=types.Command(
+                title=REJECT_TITLE, command=REJECT_COMMAND, arguments=[result.uri, result.kernel]
+            ),
+        ),
+    ]
+
+
+def resolve_code_action(
+    action: types.CodeAction, documents: Documents, document_changes: bool
+) -> types.CodeAction:
+    """Give an apply action its edit, if its rewrite is still the current one for exactly this text."""
+    result = rewrite_for(documents, action.data)
+    if result is None:
+        if isinstance(action.data, dict) and "candidate" in action.data:
+            action.disabled = types.CodeActionDisabled(
+                reason="the text changed since this rewrite was verified"
+            )
+        return action
+    action.edit = rewrite_edit(documents.get(result.uri), result, document_changes)  # type: ignore[arg-type]
+    return action
+
+
+def rewrite_for(documents: Documents, rewrite_id: Any) -> OptimizeResult | None:
+    """The result a rewrite id names, only while the document is at its version with that candidate."""
+    if not isinstance(rewrite_id, dict):
+        return None
+    document = documents.get(str(rewrite_id.get("uri")))
+    result = document.current_result(str(rewrite_id.get("kernel"))) if document else None
+    if result is None or result.rewrite is None or result.rewrite_id != rewrite_id:
+        return None
+    return result
+
+
+def rewrite_edit(document: Document, result: OptimizeResult, document_changes: bool) -> types.WorkspaceEdit:
+    """Replace the whole text with the verified file (kernel, spec launch and all), as one annotated edit
+    so that clients can show it for confirmation before applying."""
+    assert result.rewrite is not None
+    lines = document.text.split("\n")
+    end = types.Position(line=len(lines) - 1, character=len(lines[-1].encode("utf-16-le")) // 2)
+    whole = types.Range(start=types.Position(line=0, character=0), end=end)
+    if not document_changes:  # annotations travel only in documentChanges
+        return types.WorkspaceEdit(
+            changes={result.uri: [types.TextEdit(range=whole, new_text=result.rewrite.source)]}
+        )
+    rewrite = result.rewrite
+    assumptions = "; ".join(rewrite.assumptions) or "none beyond the spec"
+    annotation = types.ChangeAnnotation(
+        label=f"Verified rewrite of {result.kernel}: {rewrite.speedup:.2f}× faster",
+        needs_confirmation=True,
+        description=(
+            f"{rewrite.description}. Verified on {result.gpu} with {result.input_sets} input sets at "
+            f"{result.sizes} sizes; assumes: {assumptions}."
+        ),
+    )
+    return types.WorkspaceEdit(
+        document_changes=[
+            types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(
+                    uri=result.uri, version=result.version
+                ),
+                edits=[
+                    types.AnnotatedTextEdit(
+                        range=whole, new_text=rewrite.source, annotation_id=REWRITE_ANNOTATION
+                    )
+                ],
+            )
+        ],
+        change_annotations={REWRITE_ANNOTATION: annotation},
+    )
 
 
 def add_spec_edit(

@@ -17,7 +17,8 @@ from cuda_agent.server import actions, diagnostics, hover, lenses
 from cuda_agent.server.access import presented_token, token_accepted
 from cuda_agent.server.backend import Backend
 from cuda_agent.server.documents import Document, Documents, current_analysis, restart_timer
-from cuda_agent.server.jobs import OptimizationJobs
+from cuda_agent.server.jobs import RESULT_NOTIFICATION, OptimizationJobs
+from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
 from pygls.exceptions import JsonRpcServerError
 from pygls.lsp.server import LanguageServer
@@ -58,7 +59,7 @@ class CudaAgentServer(LanguageServer):
         self.token = token  # None: no token asked (loopback only; the CLI enforces that)
         self.session_mode = session_mode  # one of many sessions of a TCP server
         self.documents = Documents()
-        self.jobs = OptimizationJobs()
+        self.jobs = OptimizationJobs(self)
         self.refused = False
         self.gpu_message_shown = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -86,6 +87,10 @@ class CudaAgentServer(LanguageServer):
         if analysis is None or not self.documents.is_current(document, analysis.version):
             return
         self.text_document_publish_diagnostics(diagnostics.publish_params(document, analysis))
+
+    def send_result(self, result: OptimizeResult) -> None:
+        """The full result, for clients that show more than diagnostics (the VS Code extension)."""
+        self.protocol.notify(RESULT_NOTIFICATION, result.to_json())
 
 
 def guarded(default: Callable[[], T]) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
@@ -170,7 +175,7 @@ def create_server(
         document = ls.documents.get(params.text_document.uri)
         if document is None:
             return []
-        return lenses.code_lenses(await current_analysis(document), document.uri)
+        return lenses.code_lenses(await current_analysis(document), document)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @guarded(lambda: None)
@@ -180,18 +185,51 @@ def create_server(
             return None
         analysis = await current_analysis(document)
         fresh = document.current_compile() is not None
-        return hover.hover(analysis, params.position, document.resources, fresh)
+        results = {r.kernel: r for r in document.current_results()}
+        return hover.hover(analysis, params.position, document.resources, fresh, results)
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]),
+        types.CodeActionOptions(code_action_kinds=actions.KINDS, resolve_provider=True),
     )
     @guarded(list)
     async def code_action(ls: CudaAgentServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         document = ls.documents.get(params.text_document.uri)
         if document is None:
             return []
-        return actions.code_actions(await current_analysis(document), params, _document_changes(ls))
+        analysis = await current_analysis(document)
+        return actions.code_actions(analysis, document, params, _document_changes(ls))
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def resolve_code_action(ls: CudaAgentServer, action: types.CodeAction) -> types.CodeAction:
+        try:
+            return actions.resolve_code_action(action, ls.documents, _document_changes(ls))
+        except Exception:  # answered unresolved rather than as an error
+            logger.exception("resolving %r failed", action.title)
+            return action
+
+    @server.command(lenses.APPLY_COMMAND)
+    @guarded(lambda: None)
+    async def apply_rewrite(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
+        """The lens's "Apply": the same edit the resolved code action carries, sent as workspace/applyEdit."""
+        result = _command_result(ls, arguments)
+        document = ls.documents.get(result.uri) if result is not None else None
+        if result is None or document is None:
+            return {"applied": False, "reason": "no verified rewrite for this text"}
+        edit = actions.rewrite_edit(document, result, _document_changes(ls))
+        answer = await ls.workspace_apply_edit_async(
+            types.ApplyWorkspaceEditParams(edit=edit, label=f"Apply verified rewrite of {result.kernel}")
+        )
+        return {"applied": answer.applied, "reason": answer.failure_reason or ""}
+
+    @server.command(lenses.REJECT_COMMAND)
+    @guarded(lambda: None)
+    async def reject_rewrite(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
+        result = _command_result(ls, arguments)
+        document = ls.documents.get(result.uri) if result is not None else None
+        if result is None or document is None:
+            return {"rejected": False}
+        return {"rejected": ls.jobs.reject(document, result.kernel)}
 
     @server.command(lenses.ADD_SPEC_COMMAND)
     @guarded(lambda: None)
@@ -239,6 +277,15 @@ def _document_changes(ls: CudaAgentServer) -> bool:
     workspace = ls.client_capabilities.workspace
     edit = workspace.workspace_edit if workspace else None
     return bool(edit and edit.document_changes)
+
+
+def _command_result(ls: CudaAgentServer, arguments: tuple[Any, ...]) -> OptimizeResult | None:
+    """The current optimization result named by a command's [uri, kernel name] arguments."""
+    if len(arguments) < 2 or not isinstance(arguments[0], str) or not isinstance(arguments[1], str):
+        logger.warning("command arguments should be [uri, kernel name], got %r", arguments)
+        return None
+    document = ls.documents.get(arguments[0])
+    return document.current_result(arguments[1]) if document is not None else None
 
 
 async def _command_target(ls: CudaAgentServer, arguments: tuple[Any, ...]) -> tuple[Document, Any] | None:

@@ -13,10 +13,13 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
 
-from cuda_agent.agent.engine import Engine, EngineSettings
+from cuda_agent.agent.engine import Engine, EngineSettings, Progress
+from cuda_agent.agent.optimize import OptimizeOutcome, optimize
 from cuda_agent.agent.targets import FileTargets, KernelTarget
+from cuda_agent.server.rewrites import CandidateRow, MeasuredTime, OptimizeResult, Rewrite
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,20 @@ class FileCompile:
     problems: tuple[CompileProblem, ...]
     resources: dict[str, KernelResources]  # kernel name → resources, for the kernels that compiled
     complete: bool  # False when it stopped early because the text changed
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """A snapshot of a running job, for `window/workDoneProgress`."""
+
+    kernel: str
+    done: int
+    total: int
+    best_speedup: float
+
+
+class JobCancelled(Exception):
+    """Raised on the engine thread between candidates when the job's text is no longer current."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +155,42 @@ class Backend:
                 break  # the whole file failed: every other kernel's compile would repeat these errors
         return FileCompile(tuple(problems.values()), resources, complete=True)
 
+    # -- optimizing ------------------------------------------------------------------------------------
+
+    async def optimize(
+        self,
+        uri: str,
+        version: int,
+        target: KernelTarget,
+        still_current: Callable[[], bool],
+        on_progress: Callable[[JobProgress], None],
+        budget_s: float,
+    ) -> OptimizeResult | None:
+        """Optimize one kernel on the engine thread; None when the text changed before it finished.
+
+        `still_current` is read on the engine thread after every candidate (a plain version comparison),
+        so an edit stops the search within one candidate; `on_progress` is called on the event loop."""
+        loop = asyncio.get_running_loop()
+
+        def progress(p: Progress) -> None:
+            if not still_current():
+                raise JobCancelled
+            snapshot = JobProgress(p.kernel, p.done, p.total, p.best_speedup)
+            loop.call_soon_threadsafe(on_progress, snapshot)
+
+        def work() -> OptimizeResult | None:
+            if not still_current():
+                return None
+            engine = self._get_engine()
+            try:
+                outcome = optimize(engine, target, on_progress=progress, budget_s=budget_s)
+            except JobCancelled:
+                return None
+            gpu = engine.gpu
+            return _result(uri, version, outcome, gpu.name if gpu else "no GPU")
+
+        return await self._run(work)
+
     def close(self) -> None:
         def close_engine() -> None:
             if self._engine is not None:
@@ -148,6 +201,52 @@ class Backend:
         except Exception:
             logger.exception("closing the engine failed")
         self._thread.shutdown(wait=False, cancel_futures=True)
+
+
+def _time(report: Any) -> MeasuredTime:
+    return MeasuredTime(
+        report.median_ms, report.p10_ms, report.p90_ms, report.runs, report.bandwidth_gbs,
+        report.roofline_fraction,
+    )  # fmt: skip
+
+
+def _result(uri: str, version: int, outcome: OptimizeOutcome, gpu: str) -> OptimizeResult:
+    """The engine's outcome as the server's plain data (no sandbox type crosses into the server)."""
+    baseline, best = outcome.baseline, outcome.best
+    rewrite = None
+    if best is not None and best.comparison is not None:
+        c = best.comparison
+        rewrite = Rewrite(
+            candidate_id=best.candidate.id,
+            description=best.candidate.description,
+            proposer=best.candidate.proposer,
+            source=best.candidate.source,
+            assumptions=best.candidate.assumptions,
+            speedup=c.speedup,
+            original=_time(c.baseline),
+            best=_time(c.candidate),
+            decision=c.decision,
+        )
+    verification = best.verification if best is not None else baseline.verification
+    rows = tuple(
+        CandidateRow(
+            r.candidate.id, r.candidate.description, r.candidate.proposer, r.status, r.speedup, r.reason
+        )
+        for r in outcome.results
+    )
+    return OptimizeResult(
+        uri=uri,
+        version=version,
+        kernel=baseline.target.kernel.name,
+        gpu=gpu,
+        input_sets=verification.input_sets if verification else 0,
+        sizes=len(baseline.problems),
+        explanation=outcome.explanation,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        original=_time(baseline.timing) if baseline.timing is not None else None,
+        rewrite=rewrite,
+        candidates=rows,
+    )
 
 
 def _compilable(target: KernelTarget) -> bool:

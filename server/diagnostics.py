@@ -74,12 +74,38 @@ def compile_diagnostics(
     return found
 
 
+REWRITE_CODE = "verified-rewrite"
+
+
+def rewrite_diagnostics(document: Document, analysis: Analysis) -> list[types.Diagnostic]:
+    """An Information diagnostic on each kernel with a verified faster rewrite for exactly this text;
+    its `data` is the rewrite id the apply action is resolved from."""
+    if analysis.version != document.version:
+        return []
+    found = []
+    for result in document.current_results():
+        target = analysis.target_named(result.kernel)
+        if result.rewrite is None or target is None:
+            continue
+        found.append(
+            types.Diagnostic(
+                range=span_range(analysis.lines, target.kernel.name_span),
+                message=result.headline(),
+                severity=types.DiagnosticSeverity.Information,
+                source=SOURCE,
+                code=REWRITE_CODE,
+                data=result.rewrite_id,
+            )
+        )
+    return found
+
+
 def document_diagnostics(document: Document, analysis: Analysis) -> list[types.Diagnostic]:
     found = spec_diagnostics(analysis)
     compiled = document.current_compile()
     if compiled is not None and document.compiled_version == analysis.version:
         found += compile_diagnostics(analysis, compiled.problems, str(document.path))
-    return found
+    return found + rewrite_diagnostics(document, analysis)
 
 
 def publish_params(document: Document, analysis: Analysis) -> types.PublishDiagnosticsParams:

@@ -16,6 +16,7 @@ from pathlib import Path
 from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
 from cuda_agent.server.backend import FileCompile, KernelResources
 from cuda_agent.server.positions import split_lines
+from cuda_agent.server.rewrites import OptimizeResult
 from pygls.uris import to_fs_path
 
 logger = logging.getLogger(__name__)
@@ -46,12 +47,22 @@ class Document:
     compiled_version: int | None = None
     # Resources survive edits (labelled "at last save" in hover): registers rarely move with a keystroke.
     resources: dict[str, KernelResources] = field(default_factory=dict)
+    # Kernel name → the last optimization result, each for the version it was computed on.
+    results: dict[str, OptimizeResult] = field(default_factory=dict)
     _analysing: tuple[int, asyncio.Task[Analysis]] | None = None
     _debounce: asyncio.Task[None] | None = None
 
     def current_compile(self) -> FileCompile | None:
         """The compile result, only while the text is exactly what was compiled."""
         return self.compiled if self.compiled_version == self.version else None
+
+    def current_result(self, kernel: str) -> OptimizeResult | None:
+        """The kernel's optimization result, only while the text is exactly what was optimized."""
+        result = self.results.get(kernel)
+        return result if result is not None and result.version == self.version else None
+
+    def current_results(self) -> list[OptimizeResult]:
+        return [r for r in self.results.values() if r.version == self.version]
 
 
 def analyse(path: Path, text: str, version: int) -> Analysis:

@@ -6,15 +6,21 @@ from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.server.backend import KernelResources
 from cuda_agent.server.documents import Analysis
 from cuda_agent.server.positions import span_range, to_byte_column
+from cuda_agent.server.rewrites import MeasuredTime, OptimizeResult
 from lsprotocol import types
 
 NO_TIMINGS = "_Verified timings appear after an optimization run (needs a GPU)._"
 
 
 def hover(
-    analysis: Analysis, position: types.Position, resources: dict[str, KernelResources], fresh: bool
+    analysis: Analysis,
+    position: types.Position,
+    resources: dict[str, KernelResources],
+    fresh: bool,
+    results: dict[str, OptimizeResult] | None = None,
 ) -> types.Hover | None:
-    """`fresh`: the resources come from compiling exactly this text (else they are from the last save)."""
+    """`fresh`: the resources come from compiling exactly this text (else they are from the last save).
+    `results`: optimization results for exactly this text, by kernel name."""
     line, column = to_byte_column(analysis.lines, position)
     target = next(
         (t for t in analysis.targets.targets if t.kernel.name and t.kernel.name_span.contains(line, column)),
@@ -25,7 +31,9 @@ def hover(
     return types.Hover(
         contents=types.MarkupContent(
             kind=types.MarkupKind.Markdown,
-            value=kernel_markdown(target, resources.get(target.kernel.name), fresh),
+            value=kernel_markdown(
+                target, resources.get(target.kernel.name), fresh, (results or {}).get(target.kernel.name)
+            ),
         ),
         range=span_range(analysis.lines, target.kernel.name_span),
     )
@@ -36,7 +44,12 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def kernel_markdown(target: KernelTarget, resources: KernelResources | None, fresh: bool) -> str:
+def kernel_markdown(
+    target: KernelTarget,
+    resources: KernelResources | None,
+    fresh: bool,
+    result: OptimizeResult | None = None,
+) -> str:
     kernel, spec = target.kernel, target.spec
     if spec is None:
         origin = target.note
@@ -78,8 +91,41 @@ def kernel_markdown(target: KernelTarget, resources: KernelResources | None, fre
         )
     else:
         facts.append("| compile | not compiled yet: saving compiles the file |")
-    parts += [*facts, "", NO_TIMINGS]
+    parts += [*facts, ""]
+    parts += timing_rows(result) if result is not None else [NO_TIMINGS]
     return "\n".join(parts)
+
+
+def _timing_row(label: str, time: MeasuredTime, speedup: str) -> str:
+    bandwidth = f"{time.bandwidth_gbs:,.0f} GB/s" if time.bandwidth_gbs else "—"
+    roofline = f"{time.roofline_fraction:.0%}" if time.roofline_fraction is not None else "—"
+    return (
+        f"| {_cell(label)} | {time.median_ms:.4f} ms | {time.p10_ms:.4f}–{time.p90_ms:.4f} ms | {time.runs} "
+        f"| {speedup} | {bandwidth} | {roofline} |"
+    )
+
+
+def timing_rows(result: OptimizeResult) -> list[str]:
+    """Original against the best candidate, measured on the GPU; then what each candidate tried."""
+    rows = [
+        f"**Measured on {_cell(result.gpu)}** ({result.input_sets} input sets, {result.sizes} sizes, "
+        f"{_cell(result.measured_at)})",
+        "",
+        "| | median | p10–p90 | runs | speedup | bandwidth | of roofline |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rewrite = result.rewrite
+    original = rewrite.original if rewrite else result.original
+    if original is not None:
+        rows.append(_timing_row("original", original, "1.00×"))
+    if rewrite is not None:
+        rows.append(_timing_row(f"best: {rewrite.description}", rewrite.best, f"{rewrite.speedup:.2f}×"))
+    rows += ["", _cell(rewrite.decision if rewrite else result.explanation), ""]
+    rows += ["| candidate | proposer | result |", "|---|---|---|"]
+    for c in result.candidates:
+        speedup = f" {c.speedup:.2f}×" if c.speedup else ""
+        rows.append(f"| {_cell(c.description)} | {_cell(c.proposer)} | {_cell(c.status)}{speedup} |")
+    return rows
 
 
 def _count(value: int | None, unit: str) -> str:

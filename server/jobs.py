@@ -1,20 +1,47 @@
-"""The seam where optimization jobs will plug in (issue 4, next slice).
+"""Optimization jobs: one background job per (document, kernel), run on the engine thread.
 
-What goes here: one background job per kernel on the GPU worker, cancelled when its text changes, the
-kernel under the cursor first, work-done progress, results into the cache and back as diagnostics,
-lenses, hover rows and `refactor.rewrite` actions. The command handler already calls `request`
-with everything a job needs; nothing else in the server has to change shape.
+A job is tied to the document version it was started on. It stops at the next candidate once the text
+changes (or the user cancels its progress), and its result is published only if the text is still that
+version: a rewrite verified for other text is never shown. Results go into the document (for hover, lens
+and actions, which answer from memory), out as diagnostics, and as a `cudaAgent/result` notification.
+
+Not yet: the kernel under the cursor first (jobs queue on the one engine thread in request order).
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from cuda_agent.agent.targets import KernelTarget
-from cuda_agent.server.backend import GpuStatus
+from cuda_agent.server.backend import Backend, GpuStatus, JobProgress
+from cuda_agent.server.documents import Document, Documents
+from cuda_agent.server.rewrites import OptimizeResult
+from lsprotocol import types
+from pygls.progress import Progress
 
 logger = logging.getLogger(__name__)
+
+RESULT_NOTIFICATION = "cudaAgent/result"
+SEARCH_BUDGET_S = 120.0  # wall time of one kernel's search; settings will make it configurable
+
+
+class JobHost(Protocol):
+    """What a job needs from the server (the server itself; a Protocol keeps this module free of app)."""
+
+    backend: Backend
+    documents: Documents
+
+    @property
+    def work_done_progress(self) -> Progress: ...
+
+    def publish(self, document: Document) -> None: ...
+
+    def send_result(self, result: OptimizeResult) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -23,17 +50,111 @@ class JobAnswer:
     message: str
 
 
+@dataclass
+class Job:
+    version: int
+    task: asyncio.Task[None]
+
+
 class OptimizationJobs:
+    def __init__(self, host: JobHost, budget_s: float = SEARCH_BUDGET_S) -> None:
+        self._host = host
+        self._budget_s = budget_s
+        self._jobs: dict[tuple[str, str], Job] = {}
+        self._tokens = itertools.count(1)
+
     async def request(self, uri: str, version: int, target: KernelTarget, gpu: GpuStatus) -> JobAnswer:
-        """Start (or move to the front) the optimization job of one kernel at one document version."""
-        logger.info("optimization requested for %s in %s (version %s)", target.kernel.name, uri, version)
-        return JobAnswer(
-            started=False,
-            message=(
-                f"cuda-agent: found {gpu.name}, but optimization jobs from the editor are not wired yet; "
-                f"run `cuda-agent optimize {target.path.name} --kernel {target.kernel.name}` meanwhile."
-            ),
-        )
+        """Start the optimization job of one kernel at one document version (once: a second request for
+        the same text while it runs is answered with the running job)."""
+        kernel = target.kernel.name
+        key = (uri, kernel)
+        running = self._jobs.get(key)
+        if running is not None and not running.task.done():
+            if running.version == version:
+                return JobAnswer(True, f"cuda-agent: {kernel} is already being optimized on {gpu.name}")
+            running.task.cancel()  # for older text; its engine work stops at the next candidate
+        task = asyncio.ensure_future(self._run(uri, version, target))
+        job = Job(version, task)
+        self._jobs[key] = job
+        task.add_done_callback(lambda t: self._finished(key, job, t))
+        return JobAnswer(True, f"cuda-agent: optimizing {kernel} on {gpu.name}")
+
+    def running(self, uri: str, kernel: str) -> bool:
+        job = self._jobs.get((uri, kernel))
+        return job is not None and not job.task.done()
 
     def cancel_all(self) -> None:
         """Called when a client session ends."""
+        for job in self._jobs.values():
+            job.task.cancel()
+        self._jobs.clear()
+
+    def reject(self, document: Document, kernel: str) -> bool:
+        """Forget the kernel's suggestion and publish without it. False when there was none."""
+        if document.results.pop(kernel, None) is None:
+            return False
+        self._host.publish(document)
+        return True
+
+    def _finished(self, key: tuple[str, str], job: Job, task: asyncio.Task[None]) -> None:
+        if self._jobs.get(key) is job:
+            del self._jobs[key]
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("optimization job failed", exc_info=task.exception())
+
+    async def _run(self, uri: str, version: int, target: KernelTarget) -> None:
+        host, kernel = self._host, target.kernel.name
+        document = host.documents.get(uri)
+        if document is None:
+            return
+        token = f"cuda-agent/optimize/{next(self._tokens)}"
+        progress = await _begin_progress(host.work_done_progress, token, kernel)
+
+        def still_current() -> bool:
+            # Read on the engine thread too: a version comparison and a future's state, no locking needed.
+            cancelled = progress is not None and progress.cancelled()
+            return host.documents.is_current(document, version) and not cancelled
+
+        def on_progress(p: JobProgress) -> None:
+            if progress is not None:
+                best = f"best {p.best_speedup:.2f}×" if p.best_speedup > 1.0 else "no gain yet"
+                host.work_done_progress.report(
+                    token,
+                    types.WorkDoneProgressReport(
+                        message=f"{p.kernel}: {p.done} candidates, {best}",
+                        percentage=min(99, round(100 * p.done / p.total)) if p.total else None,
+                    ),
+                )
+
+        result: OptimizeResult | None = None
+        try:
+            result = await host.backend.optimize(
+                uri, version, target, still_current, on_progress, self._budget_s
+            )
+        finally:
+            if progress is not None:
+                ending = result.headline() if result is not None else f"{kernel}: stopped, the text changed"
+                host.work_done_progress.end(token, types.WorkDoneProgressEnd(message=ending))
+        if result is None or not still_current():
+            logger.info("dropped the optimization of %s in %s v%s: the text changed", kernel, uri, version)
+            return
+        document.results[kernel] = result
+        host.publish(document)
+        host.send_result(result)
+
+
+async def _begin_progress(progress: Progress, token: str, kernel: str) -> Future[Any] | None:
+    """Create and begin a cancellable work-done progress; None when the client does not take it.
+
+    Returns the token's future, which pygls cancels when the user cancels the progress."""
+    try:
+        await progress.create_async(token)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # a client without progress support, or pygls#621's InvalidStateError
+        logger.info("no work-done progress for %s", kernel, exc_info=True)
+        return None
+    progress.begin(
+        token, types.WorkDoneProgressBegin(title=f"Optimizing {kernel}", cancellable=True, percentage=0)
+    )
+    return progress.tokens.get(token)

@@ -1,16 +1,20 @@
-"""Code lens above each kernel. Timings join "▶ Optimize" once optimization runs exist (next slice)."""
+"""Code lens above each kernel: "▶ Optimize", or for a verified rewrite of exactly this text
+"⚡ 1.27× verified · Apply · Reject" (three lenses on one line; editors draw them side by side)."""
 
 from __future__ import annotations
 
-from cuda_agent.server.documents import Analysis
+from cuda_agent.server.documents import Analysis, Document
 from cuda_agent.server.positions import span_range
 from lsprotocol import types
 
 OPTIMIZE_COMMAND = "cudaAgent.optimize"
 ADD_SPEC_COMMAND = "cudaAgent.addSpec"
+APPLY_COMMAND = "cudaAgent.applyRewrite"
+REJECT_COMMAND = "cudaAgent.rejectRewrite"
 
 
-def code_lenses(analysis: Analysis, uri: str) -> list[types.CodeLens]:
+def code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
+    uri = document.uri
     lenses = []
     for target in analysis.targets.targets:
         name = target.kernel.name
@@ -22,6 +26,25 @@ def code_lenses(analysis: Analysis, uri: str) -> list[types.CodeLens]:
             start=types.Position(line=first_line, character=0),
             end=types.Position(line=first_line, character=0),
         )
+        result = document.current_result(name) if analysis.version == document.version else None
+        if result is not None and result.rewrite is not None:
+            arguments = [uri, name]
+            lenses += [
+                # An empty command id: a label, not clickable (VS Code draws it as plain text).
+                types.CodeLens(
+                    range=where,
+                    command=types.Command(title=f"⚡ {result.rewrite.speedup:.2f}× verified", command=""),
+                ),
+                types.CodeLens(
+                    range=where,
+                    command=types.Command(title="Apply", command=APPLY_COMMAND, arguments=arguments),
+                ),
+                types.CodeLens(
+                    range=where,
+                    command=types.Command(title="Reject", command=REJECT_COMMAND, arguments=arguments),
+                ),
+            ]
+            continue
         lenses.append(
             types.CodeLens(
                 range=where,

@@ -107,17 +107,21 @@ def offset_of(text: str, position: types.Position) -> int:
     return start + len(lines[line])
 
 
-def apply_text_edits(text: str, edits: list[types.TextEdit]) -> str:
+Edit = types.TextEdit | types.AnnotatedTextEdit
+
+
+def apply_text_edits(text: str, edits: list[Edit]) -> str:
     for edit in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
         start, end = offset_of(text, edit.range.start), offset_of(text, edit.range.end)
         text = text[:start] + edit.new_text + text[end:]
     return text
 
 
-def edits_for(edit: types.WorkspaceEdit, uri: str) -> list[types.TextEdit]:
-    found: list[types.TextEdit] = []
+def edits_for(edit: types.WorkspaceEdit, uri: str) -> list[Edit]:
+    """The text edits for `uri`, annotated ones included (an editor applies those after confirmation)."""
+    found: list[Edit] = []
     for change in edit.document_changes or []:
         if isinstance(change, types.TextDocumentEdit) and change.text_document.uri == uri:
-            found += [e for e in change.edits if isinstance(e, types.TextEdit)]
+            found += [e for e in change.edits if isinstance(e, (types.TextEdit, types.AnnotatedTextEdit))]
     found += list((edit.changes or {}).get(uri, []))
     return found

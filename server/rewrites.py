@@ -1,0 +1,86 @@
+"""What an optimization job found, as plain data the server shows: diagnostics, lenses, hover rows,
+actions and the `cudaAgent/result` notification all read these, never the engine's own types.
+
+A result belongs to one document version: shown only while the text is exactly what was optimized.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MeasuredTime:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    runs: int
+    bandwidth_gbs: float | None = None
+    roofline_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    """One tried candidate, for "what each candidate tried" in hover and the full result."""
+
+    candidate_id: str
+    description: str
+    proposer: str
+    status: str  # CandidateResult.status: faster, no gain, rejected, ...
+    speedup: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """The best verified, measured-faster candidate: what "Apply" writes into the file."""
+
+    candidate_id: str
+    description: str
+    proposer: str
+    source: str  # the whole rewritten file
+    assumptions: tuple[str, ...]
+    speedup: float
+    original: MeasuredTime
+    best: MeasuredTime
+    decision: str  # how "faster" was decided, for a person
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    uri: str
+    version: int
+    kernel: str
+    gpu: str
+    input_sets: int
+    sizes: int  # problem sizes verified
+    explanation: str
+    measured_at: str  # ISO 8601, UTC
+    original: MeasuredTime | None
+    rewrite: Rewrite | None
+    candidates: tuple[CandidateRow, ...]
+
+    @property
+    def rewrite_id(self) -> dict[str, Any]:
+        """Carried in the diagnostic's and the apply action's `data` (ruff-lsp style): enough to find
+        the rewrite again on resolve, and to refuse it for any other text."""
+        candidate = self.rewrite.candidate_id if self.rewrite else None
+        return {"uri": self.uri, "version": self.version, "kernel": self.kernel, "candidate": candidate}
+
+    def headline(self) -> str:
+        """E.g. "saxpy: verified rewrite 1.27× faster (0.083 ms → 0.065 ms, NVIDIA H200, 5 input sets,
+        2 sizes)": the numbers a person needs to trust it, in one line."""
+        if self.rewrite is None:
+            return f"{self.kernel}: no verified faster rewrite ({self.explanation})"
+        r = self.rewrite
+        return (
+            f"{self.kernel}: verified rewrite {r.speedup:.2f}× faster "
+            f"({r.original.median_ms:.3f} ms → {r.best.median_ms:.3f} ms, {self.gpu}, "
+            f"{self.input_sets} input sets, {self.sizes} sizes)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The full result for `cudaAgent/result`: JSON-able (tuples become lists)."""
+        return dataclasses.asdict(self)

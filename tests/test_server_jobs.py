@@ -1,0 +1,207 @@
+"""Optimization jobs end to end: the real server over stdio, with the GPU worker replaced by a recording
+(CUDA_AGENT_RECORDED_WORKER, the only stand-in: the engine, search, compiler and LSP layers are real).
+
+The recording holds what the H200 measured for examples/elementwise.cu: saxpy with block 256 runs
+0.0832 ms → 0.0653 ms; every other launch of saxpy measures like the original.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest_lsp
+from cuda_agent.agent.targets import load_targets
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from tests.server_support import (
+    SERVE,
+    SERVER_ENV,
+    apply_text_edits,
+    diagnostics_for,
+    edits_for,
+    make_recording_client,
+    open_document,
+    replace_text,
+    wait_until,
+)
+
+ROOT = Path(__file__).parent.parent
+ELEMENTWISE = (ROOT / "examples" / "elementwise.cu").read_text()
+RECORDING = Path(__file__).parent / "recordings" / "elementwise_h200.json"
+REWRITE = "verified-rewrite"
+HEADLINE = "saxpy: verified rewrite 1.27× faster (0.083 ms → 0.065 ms, NVIDIA H200, 5 input sets, 2 sizes)"
+JOB_TIMEOUT_S = 60.0  # compiling ~13 candidates with NVRTC takes about a second; a slow CI box more
+
+
+def make_client() -> LanguageClient:
+    """The recording client, also keeping every `cudaAgent/result` notification."""
+    client = make_recording_client()
+    results: list[Any] = []
+
+    @client.feature("cudaAgent/result")
+    def on_result(params: Any) -> None:
+        results.append(params)
+
+    client.results = results  # type: ignore[attr-defined]
+    return client
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(
+        server_command=SERVE,
+        server_env={
+            **SERVER_ENV,
+            "CUDA_AGENT_RECORDED_WORKER": str(RECORDING),
+            "CUDA_AGENT_CACHE_DIR": tempfile.mkdtemp(prefix="cuda-agent-jobs-cache-"),
+        },
+        client_factory=make_client,
+    )
+)
+async def client(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=client_capabilities("visual-studio-code"))
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+def saxpy_name(text: str) -> types.Range:
+    line = next(i for i, t in enumerate(text.split("\n")) if "void saxpy(" in t)
+    column = text.split("\n")[line].index("saxpy")
+    return types.Range(
+        start=types.Position(line=line, character=column),
+        end=types.Position(line=line, character=column + len("saxpy")),
+    )
+
+
+def is_rewrite(diagnostic: types.Diagnostic) -> bool:
+    return diagnostic.code == REWRITE
+
+
+async def open_and_optimize(client: LanguageClient, tmp_path: Path, name: str) -> str:
+    path = tmp_path / name
+    path.write_text(ELEMENTWISE)
+    uri = path.as_uri()
+    open_document(client, uri, ELEMENTWISE)
+    await diagnostics_for(client, uri, 1)
+    answer = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "saxpy"])
+    )
+    assert answer["started"] is True, answer
+    return uri
+
+
+async def rewrite_actions(client: LanguageClient, uri: str, diagnostics: list[types.Diagnostic]):
+    found = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=saxpy_name(ELEMENTWISE),
+            context=types.CodeActionContext(
+                diagnostics=diagnostics, only=[types.CodeActionKind.RefactorRewrite]
+            ),
+        )
+    )
+    # lsprotocol's client-side hook reads any action that has a `command` as a Command (it was sent as a
+    # CodeAction with kind and diagnostics): both have the title this checks.
+    return list(found or [])
+
+
+def publishes(client: LanguageClient, uri: str) -> list[types.PublishDiagnosticsParams]:
+    return [p for p in client.published if p.uri == uri]  # type: ignore[attr-defined]
+
+
+async def test_optimize_shows_a_verified_rewrite_that_applies(client: LanguageClient, tmp_path: Path):
+    uri = await open_and_optimize(client, tmp_path, "elementwise.cu")
+
+    diagnostics = await diagnostics_for(client, uri, 1, lambda ds: any(map(is_rewrite, ds)), JOB_TIMEOUT_S)
+    rewrite = next(d for d in diagnostics if is_rewrite(d))
+    assert rewrite.message == HEADLINE
+    assert rewrite.severity == types.DiagnosticSeverity.Information
+    assert rewrite.range == saxpy_name(ELEMENTWISE)
+    assert rewrite.data["uri"] == uri and rewrite.data["version"] == 1 and rewrite.data["kernel"] == "saxpy"
+
+    # Progress was reported: begin, reports with the kernel and the best speedup, end.
+    reports = next(iter(client.progress_reports.values()))
+    assert isinstance(reports[0], types.WorkDoneProgressBegin) and reports[0].cancellable
+    messages = [r.message for r in reports if isinstance(r, types.WorkDoneProgressReport)]
+    assert any(m and m.startswith("saxpy: ") and "best 1.27×" in m for m in messages), messages
+    assert isinstance(reports[-1], types.WorkDoneProgressEnd)
+
+    # The full result came as a custom notification.
+    await wait_until(lambda: client.results, 5.0, "cudaAgent/result")  # type: ignore[attr-defined]
+    result = client.results[0]  # type: ignore[attr-defined]
+    assert result.kernel == "saxpy" and result.version == 1 and result.gpu == "NVIDIA H200"
+    assert abs(result.rewrite.speedup - 0.0832 / 0.0653) < 1e-9
+
+    # Lens and hover answer from the result.
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    titles = [lens.command.title for lens in lenses if lens.command]
+    assert titles[-3:] == ["⚡ 1.27× verified", "Apply", "Reject"], titles
+    hover = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=saxpy_name(ELEMENTWISE).start
+        )
+    )
+    assert hover is not None and isinstance(hover.contents, types.MarkupContent)
+    assert "| original | 0.0832 ms" in hover.contents.value and "1.27×" in hover.contents.value
+
+    # Apply carries no edit until resolved; resolving gives an annotated whole-file edit.
+    actions = await rewrite_actions(client, uri, [rewrite])
+    assert [a.title for a in actions] == ["Apply verified rewrite: 1.27× faster", "Reject suggestion"]
+    apply = actions[0]
+    assert isinstance(apply, types.CodeAction)
+    assert apply.edit is None and apply.data == rewrite.data and list(apply.diagnostics or []) == [rewrite]
+    resolved = await client.code_action_resolve_async(apply)
+    assert resolved.edit is not None and resolved.edit.change_annotations
+    annotation = next(iter(resolved.edit.change_annotations.values()))
+    assert annotation.needs_confirmation and "1.27×" in annotation.label
+    edited = apply_text_edits(ELEMENTWISE, edits_for(resolved.edit, uri))
+    saxpy = load_targets(Path("elementwise.cu"), edited).find("saxpy")
+    assert saxpy is not None and saxpy.spec is not None and saxpy.spec.launch.block == (256,)
+
+    # The applied text is new text: the suggestion is gone, and the old action no longer resolves.
+    replace_text(client, uri, edited, version=2)
+    assert not [d for d in await diagnostics_for(client, uri, 2) if is_rewrite(d)]
+    assert await rewrite_actions(client, uri, []) == []
+    stale = await client.code_action_resolve_async(apply)
+    assert stale.edit is None and stale.disabled is not None
+
+
+async def test_an_edit_during_the_job_leaves_no_stale_suggestion(client: LanguageClient, tmp_path: Path):
+    uri = await open_and_optimize(client, tmp_path, "racing.cu")
+    changed = ELEMENTWISE.replace("// Element-wise kernels", "// Edited element-wise kernels")
+    replace_text(client, uri, changed, version=2)
+    await diagnostics_for(client, uri, 2)
+
+    # Wait for the job to end either way: cancelled by the edit, or finished just before it.
+    def ended() -> bool:
+        return any(
+            isinstance(reports[-1], types.WorkDoneProgressEnd) for reports in client.progress_reports.values()
+        )
+
+    await wait_until(ended, JOB_TIMEOUT_S, "the job's progress to end")
+    await diagnostics_for(client, uri, 2)  # a round trip: anything the job sent has arrived
+    after = publishes(client, uri)
+    after = after[next(i for i, p in enumerate(after) if p.version == 2) :]
+    assert {p.version for p in after} == {2}
+    assert not any(is_rewrite(d) for p in after for d in p.diagnostics)
+    assert await rewrite_actions(client, uri, []) == []
+
+
+async def test_reject_removes_the_suggestion(client: LanguageClient, tmp_path: Path):
+    uri = await open_and_optimize(client, tmp_path, "reject.cu")
+    await diagnostics_for(client, uri, 1, lambda ds: any(map(is_rewrite, ds)), JOB_TIMEOUT_S)
+    count = len(publishes(client, uri))
+
+    answer = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="cudaAgent.rejectRewrite", arguments=[uri, "saxpy"])
+    )
+    assert answer == {"rejected": True}
+    await wait_until(lambda: len(publishes(client, uri)) > count, 10.0, "a publish after reject")
+    assert not any(is_rewrite(d) for d in publishes(client, uri)[-1].diagnostics)
+    assert await rewrite_actions(client, uri, []) == []
