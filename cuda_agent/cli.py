@@ -114,6 +114,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     common(serve)
 
+    feedback = sub.add_parser("feedback", help="the log of suggestions shown, accepted and rejected")
+    feedback_sub = feedback.add_subparsers(dest="feedback_command", required=True)
+    export = feedback_sub.add_parser("export", help="write preference pairs and rewards (JSONL, Parquet)")
+    export.add_argument(
+        "--log", type=Path, help="the log (default: ./.cuda-agent/feedback.jsonl, else the user data dir's)"
+    )
+    export.add_argument("--out", type=Path, required=True, help="folder for the datasets")
+
     bench = sub.add_parser("bench", help="optimize the bench suite and compare with torch.compile")
     bench_main = _bench_main()
     if bench_main is not None:
@@ -124,6 +132,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "feedback":  # no GPU, no engine: reads and writes files only
+        try:
+            return cmd_feedback_export(args)
+        except UsageError as exc:
+            err.print(f"[bold red]cuda-agent: error:[/] {escape(str(exc))}")
+            return 2
     settings = EngineSettings(
         gpu_index=args.gpu, timeout_s=args.timeout, arch=args.arch, use_cache=not args.no_cache
     )
@@ -413,6 +427,24 @@ def cmd_serve(settings: EngineSettings, args: argparse.Namespace) -> int:
         err.print(f"[bold red]cuda-agent: error:[/] {escape(str(exc))}")
         return 2
     run_tcp(Backend(settings), args.host, args.port, args.token)
+    return 0
+
+
+def cmd_feedback_export(args: argparse.Namespace) -> int:
+    from cuda_agent.agent.feedback import LOG_DIR, LOG_NAME, default_log_path, read_records
+    from cuda_agent.agent.feedback_export import export
+
+    log = args.log
+    if log is None:
+        local = Path.cwd() / LOG_DIR / LOG_NAME
+        log = local if local.is_file() else default_log_path(None)
+    if not log.is_file():
+        raise UsageError(f"{relative(log)}: no feedback log there (pass --log PATH)")
+    records = read_records(log)
+    if not records:
+        raise UsageError(f"{relative(log)}: the feedback log holds no records")
+    for path in export(records, args.out):
+        console.print(f"wrote {relative(path)}")
     return 0
 
 

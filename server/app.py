@@ -11,12 +11,14 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Generator
+from pathlib import Path
 from typing import Any, TypeVar
 
 from cuda_agent.server import actions, diagnostics, hover, lenses
 from cuda_agent.server.access import presented_token, token_accepted
 from cuda_agent.server.backend import Backend
 from cuda_agent.server.documents import Document, Documents, current_analysis, restart_timer
+from cuda_agent.server.feedback import SuggestionFeedback
 from cuda_agent.server.jobs import RESULT_NOTIFICATION, OptimizationJobs
 from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
@@ -24,6 +26,7 @@ from pygls.exceptions import JsonRpcServerError
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
+from pygls.uris import to_fs_path
 
 from cuda_agent import __version__
 
@@ -59,6 +62,7 @@ class CudaAgentServer(LanguageServer):
         self.token = token  # None: no token asked (loopback only; the CLI enforces that)
         self.session_mode = session_mode  # one of many sessions of a TCP server
         self.documents = Documents()
+        self.feedback = SuggestionFeedback()
         self.jobs = OptimizationJobs(self)
         self.refused = False
         self.gpu_message_shown = False
@@ -122,6 +126,7 @@ def create_server(
     @server.feature(types.INITIALIZE)
     def initialize(ls: CudaAgentServer, params: types.InitializeParams) -> None:
         if token_accepted(ls.token, presented_token(params.initialization_options)):
+            ls.feedback.configure(_workspace(params), params.initialization_options)
             return
         ls.refused = True
         writer = ls.protocol.writer
@@ -152,6 +157,7 @@ def create_server(
     async def did_change(ls: CudaAgentServer, params: types.DidChangeTextDocumentParams) -> None:
         text = ls.workspace.get_text_document(params.text_document.uri)  # pygls applied the changes
         document = ls.documents.change(text.uri, params.text_document.version, text.source)
+        ls.feedback.text_changed(document.uri, document.version)
         restart_timer(document, _analyse_and_publish(ls, document, delay_s=DEBOUNCE_S))
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
@@ -203,7 +209,11 @@ def create_server(
     @server.feature(types.CODE_ACTION_RESOLVE)
     async def resolve_code_action(ls: CudaAgentServer, action: types.CodeAction) -> types.CodeAction:
         try:
-            return actions.resolve_code_action(action, ls.documents, _document_changes(ls))
+            resolved = actions.resolve_code_action(action, ls.documents, _document_changes(ls))
+            if resolved.edit is not None and isinstance(action.data, dict) and "candidate" in action.data:
+                # A client resolves the apply action when the user picks it (the edit is built lazily).
+                ls.feedback.decided(str(action.data["uri"]), str(action.data["kernel"]), "accepted")
+            return resolved
         except Exception:  # answered unresolved rather than as an error
             logger.exception("resolving %r failed", action.title)
             return action
@@ -220,6 +230,8 @@ def create_server(
         answer = await ls.workspace_apply_edit_async(
             types.ApplyWorkspaceEditParams(edit=edit, label=f"Apply verified rewrite of {result.kernel}")
         )
+        if answer.applied:
+            ls.feedback.decided(result.uri, result.kernel, "accepted")
         return {"applied": answer.applied, "reason": answer.failure_reason or ""}
 
     @server.command(lenses.REJECT_COMMAND)
@@ -271,6 +283,13 @@ def create_server(
         return {"started": answer.started, "reason": answer.message}
 
     return server
+
+
+def _workspace(params: types.InitializeParams) -> Path | None:
+    """The first workspace folder (where the feedback log lives), or None for loose files."""
+    uri = params.workspace_folders[0].uri if params.workspace_folders else params.root_uri
+    path = to_fs_path(uri) if uri else params.root_path
+    return Path(path) if path else None
 
 
 def _document_changes(ls: CudaAgentServer) -> bool:

@@ -226,6 +226,8 @@ def _result(uri: str, version: int, outcome: OptimizeOutcome, gpu: str) -> Optim
             original=_time(c.baseline),
             best=_time(c.candidate),
             decision=c.decision,
+            flags=best.candidate.flags,
+            ratio_ci=c.ratio_ci,
         )
     verification = best.verification if best is not None else baseline.verification
     rows = tuple(

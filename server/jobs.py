@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.server.backend import Backend, GpuStatus, JobProgress
 from cuda_agent.server.documents import Document, Documents
+from cuda_agent.server.feedback import SuggestionFeedback
 from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
 from pygls.progress import Progress
@@ -35,6 +36,7 @@ class JobHost(Protocol):
 
     backend: Backend
     documents: Documents
+    feedback: SuggestionFeedback
 
     @property
     def work_done_progress(self) -> Progress: ...
@@ -93,6 +95,7 @@ class OptimizationJobs:
         """Forget the kernel's suggestion and publish without it. False when there was none."""
         if document.results.pop(kernel, None) is None:
             return False
+        self._host.feedback.decided(document.uri, kernel, "rejected")
         self._host.publish(document)
         return True
 
@@ -140,6 +143,7 @@ class OptimizationJobs:
             return
         document.results[kernel] = result
         host.publish(document)
+        host.feedback.shown(document.text, target, result)  # the text is still the optimized version
         host.send_result(result)
 
 

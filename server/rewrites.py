@@ -46,6 +46,8 @@ class Rewrite:
     original: MeasuredTime
     best: MeasuredTime
     decision: str  # how "faster" was decided, for a person
+    flags: tuple[str, ...] = ()
+    ratio_ci: tuple[float, float] | None = None  # bootstrap 95% interval of the best/original time ratio
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ from pytest_lsp import LanguageClient
 from pytest_lsp.client import make_test_lsp_client
 
 SERVE = [sys.executable, "-m", "cuda_agent", "serve"]
-# Results caches go to a scratch directory, never the user's.
+# Results caches and the feedback log go to scratch directories, never the user's.
 SERVER_ENV = {
     **os.environ,
     "CUDA_AGENT_CACHE_DIR": str(Path(tempfile.gettempdir()) / "cuda-agent-test-cache"),
+    # A session without a workspace logs feedback to the user data dir: a scratch one in tests.
+    "XDG_DATA_HOME": str(Path(tempfile.gettempdir()) / "cuda-agent-test-data"),
 }
 
 

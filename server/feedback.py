@@ -1,0 +1,121 @@
+"""Suggestion feedback from the editor: a "shown" record when a verified rewrite is published, then one
+decision about it (accepted, rejected, or superseded by the user's own edit), into agent/feedback's log.
+
+Only the first decision about a suggestion counts: a resolved Apply is followed by the edit it makes,
+which must not also count as the user's own edit. Logging never fails a request: errors are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cuda_agent.agent.feedback import (
+    CandidateInfo,
+    Event,
+    FeedbackRecord,
+    Measurement,
+    Original,
+    Timing,
+    Verification,
+    append_record,
+    default_log_path,
+    logging_enabled,
+    model_of,
+    now,
+)
+from cuda_agent.agent.spec import render_spec
+from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.server.rewrites import MeasuredTime, OptimizeResult
+
+logger = logging.getLogger(__name__)
+
+
+class SuggestionFeedback:
+    def __init__(self) -> None:
+        self.log_path: Path | None = None  # None: logging off
+        self._shown: dict[
+            tuple[str, str], tuple[int, FeedbackRecord]
+        ] = {}  # (uri, kernel) → (version, record)
+
+    def configure(self, workspace: Path | None, initialization_options: Any) -> None:
+        """Called on initialize: off by `{"feedback": false}` or CUDA_AGENT_FEEDBACK=0."""
+        off = isinstance(initialization_options, dict) and initialization_options.get("feedback") is False
+        if off or not logging_enabled():
+            self.log_path = None
+            return
+        try:
+            self.log_path = default_log_path(workspace)
+        except Exception:  # platformdirs missing or no home: no log rather than no server
+            logger.exception("no feedback log")
+            self.log_path = None
+
+    def shown(self, file_text: str, target: KernelTarget, result: OptimizeResult) -> None:
+        if result.rewrite is None or self.log_path is None:
+            return
+        record = _shown_record(file_text, target, result)
+        self._shown[(result.uri, result.kernel)] = (result.version, record)
+        self._append(record)
+
+    def decided(self, uri: str, kernel: str, event: Event) -> None:
+        shown = self._shown.pop((uri, kernel), None)
+        if shown is not None:
+            self._append(replace(shown[1], event=event, timestamp=now()))
+
+    def text_changed(self, uri: str, version: int) -> None:
+        """The user's edit drops every suggestion made for older text of the document."""
+        for (shown_uri, kernel), (shown_version, _) in list(self._shown.items()):
+            if shown_uri == uri and shown_version != version:
+                self.decided(uri, kernel, "superseded")
+
+    def _append(self, record: FeedbackRecord) -> None:
+        if self.log_path is None:
+            return
+        try:
+            append_record(self.log_path, record)
+        except OSError:
+            logger.exception("could not write the feedback log %s", self.log_path)
+
+
+def _timing(time: MeasuredTime) -> Timing:
+    return Timing(time.median_ms, time.p10_ms, time.p90_ms, time.runs)
+
+
+def _shown_record(file_text: str, target: KernelTarget, result: OptimizeResult) -> FeedbackRecord:
+    rewrite = result.rewrite
+    assert rewrite is not None
+    return FeedbackRecord(
+        event="shown",
+        suggestion_id=uuid.uuid4().hex,
+        original=Original(
+            file_text=file_text,
+            kernel=result.kernel,
+            spec=render_spec(target.spec) if target.spec is not None else "",
+            gpu=result.gpu,
+        ),
+        candidate=CandidateInfo(
+            source=rewrite.source,
+            description=rewrite.description,
+            proposer=rewrite.proposer,
+            model=model_of(rewrite.proposer),
+            assumptions=rewrite.assumptions,
+            flags=rewrite.flags,
+        ),
+        verification=Verification(
+            passed=True,  # only verified rewrites are shown
+            input_sets=result.input_sets,
+            sizes=result.sizes,
+            summary=rewrite.decision,
+        ),
+        measurement=Measurement(
+            baseline=_timing(rewrite.original),
+            candidate=_timing(rewrite.best),
+            speedup=rewrite.speedup,
+            ratio_ci=rewrite.ratio_ci,
+            faster=True,
+        ),
+        timestamp=now(),
+    )

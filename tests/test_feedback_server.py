@@ -1,0 +1,111 @@
+"""Feedback records from the real server over stdio with the recorded GPU worker: shown, then accepted,
+rejected or superseded, in the workspace's `.cuda-agent/feedback.jsonl`."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest_lsp
+from cuda_agent.agent.feedback import read_records
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from tests.server_support import SERVE, SERVER_ENV, diagnostics_for, replace_text, wait_until
+from tests.test_server_jobs import (
+    ELEMENTWISE,
+    JOB_TIMEOUT_S,
+    RECORDING,
+    is_rewrite,
+    make_client,
+    open_and_optimize,
+    rewrite_actions,
+)
+
+WORKSPACE = Path(tempfile.mkdtemp(prefix="cuda-agent-feedback-"))
+LOG = WORKSPACE / ".cuda-agent" / "feedback.jsonl"
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(
+        server_command=SERVE,
+        server_env={
+            **SERVER_ENV,
+            "CUDA_AGENT_RECORDED_WORKER": str(RECORDING),
+            "CUDA_AGENT_CACHE_DIR": tempfile.mkdtemp(prefix="cuda-agent-feedback-cache-"),
+        },
+        client_factory=make_client,
+    )
+)
+async def client(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"), root_uri=WORKSPACE.as_uri()
+        )
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def shown(client: LanguageClient, name: str) -> tuple[str, list[types.Diagnostic]]:
+    uri = await open_and_optimize(client, WORKSPACE, name)
+    diagnostics = await diagnostics_for(client, uri, 1, lambda ds: any(map(is_rewrite, ds)), JOB_TIMEOUT_S)
+    return uri, diagnostics
+
+
+def records_after(count: int):
+    return read_records(LOG)[count:] if LOG.is_file() else []
+
+
+async def test_shown_then_accepted(client: LanguageClient):
+    before = len(records_after(0))
+    uri, diagnostics = await shown(client, "accept.cu")
+    found = await wait_until(lambda: records_after(before), 5.0, "the shown record")
+    record = found[0]
+    assert record.event == "shown" and record.original.kernel == "saxpy"
+    assert record.original.file_text == ELEMENTWISE and 'kernel = "saxpy"' in record.original.spec
+    assert record.original.gpu == "NVIDIA H200" and record.candidate.proposer == "launch-config"
+    assert (
+        record.candidate.model is None and record.verification.passed and record.verification.input_sets == 5
+    )
+    m = record.measurement
+    assert m.baseline is not None and abs(m.baseline.median_ms - 0.0832) < 1e-9
+    assert m.candidate is not None and abs(m.candidate.median_ms - 0.0653) < 1e-9
+    assert m.faster and m.ratio_ci is not None and abs(m.speedup - 0.0832 / 0.0653) < 1e-9
+    assert "block" in record.candidate.source and record.candidate.source != ELEMENTWISE
+
+    apply = (await rewrite_actions(client, uri, [d for d in diagnostics if is_rewrite(d)]))[0]
+    resolved = await client.code_action_resolve_async(apply)
+    assert resolved.edit is not None
+    await client.code_action_resolve_async(apply)  # resolved twice: still one decision
+    decided = await wait_until(lambda: records_after(before + 1), 5.0, "the accepted record")
+    # The applied edit is the user's text change too: it must not also count as superseding.
+    replace_text(client, uri, ELEMENTWISE + "\n", version=2)
+    await diagnostics_for(client, uri, 2)
+    decided = records_after(before + 1)
+    assert [(r.event, r.suggestion_id) for r in decided] == [("accepted", record.suggestion_id)]
+    assert decided[0].candidate == record.candidate and decided[0].timestamp >= record.timestamp
+
+
+async def test_shown_then_rejected(client: LanguageClient):
+    before = len(records_after(0))
+    uri, _ = await shown(client, "reject.cu")
+    await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="cudaAgent.rejectRewrite", arguments=[uri, "saxpy"])
+    )
+    found = await wait_until(
+        lambda: len(records_after(before)) >= 2 and records_after(before), 5.0, "records"
+    )
+    assert [r.event for r in found] == ["shown", "rejected"]
+    assert found[0].suggestion_id == found[1].suggestion_id
+
+
+async def test_shown_then_superseded_by_an_edit(client: LanguageClient):
+    before = len(records_after(0))
+    uri, _ = await shown(client, "edit.cu")
+    replace_text(client, uri, ELEMENTWISE.replace("// Element-wise", "// My element-wise"), version=2)
+    found = await wait_until(
+        lambda: len(records_after(before)) >= 2 and records_after(before), 5.0, "records"
+    )
+    assert [r.event for r in found] == ["shown", "superseded"]
+    assert found[0].suggestion_id == found[1].suggestion_id
