@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuda_agent.agent.proposers.idioms._tree import (
+from cuda_agent.agent.proposers.tree import (
     KernelTree,
     arguments,
     calls,

@@ -19,16 +19,16 @@ from cuda_agent.agent.proposers.idioms._grid_stride import (
     grid_stride_header,
     loop_body,
 )
-from cuda_agent.agent.proposers.idioms._tree import (
+from cuda_agent.agent.proposers.tree import (
     FULL_MASK,
     RESIDENT_BLOCKS,
     KernelTree,
     build_candidate,
     element_type,
     identifiers,
-    kernel_tree,
     local_names,
     strip_parens,
+    untemplated_kernel_tree,
 )
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
@@ -47,7 +47,7 @@ IDENTITY = {
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
-    tree = kernel_tree(target)
+    tree = untemplated_kernel_tree(target)
     loop = element_loop(tree) if tree is not None else None
     if tree is None or loop is None or target.spec is None:
         return []

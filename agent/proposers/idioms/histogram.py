@@ -12,8 +12,6 @@ bin is added to the global one: at most (blocks x bins) global atomics instead o
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.idioms._grid_stride import (
     ElementLoop,
@@ -21,26 +19,26 @@ from cuda_agent.agent.proposers.idioms._grid_stride import (
     grid_stride_header,
     loop_body,
 )
-from cuda_agent.agent.proposers.idioms._tree import (
+from cuda_agent.agent.proposers.tree import (
     RESIDENT_BLOCKS,
     KernelTree,
     build_candidate,
     element_type,
-    kernel_tree,
+    fits_shared_memory,
     local_names,
     strip_parens,
+    untemplated_kernel_tree,
 )
-from cuda_agent.agent.spec import LaunchSpec, SpecResolveError, complete_sizes, resolve
+from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
 
 PROPOSER = "idiom:histogram"
 BLOCK = 256
-SHARED_LIMIT = 48 * 1024  # without opting in to more per block
 _BIN_TYPES = {"int": 4, "unsigned int": 4, "unsigned": 4, "float": 4}
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
-    tree = kernel_tree(target)
+    tree = untemplated_kernel_tree(target)
     loop = element_loop(tree) if tree is not None else None
     if tree is None or loop is None or target.spec is None or loop.function != "atomicAdd":
         return []
@@ -65,7 +63,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         grid=(f"min({target.spec.launch.grid[0]}, {RESIDENT_BLOCKS // 2})",),
         shared_bytes=f"({argument.shape[0]}) * {_BIN_TYPES[kind]}",
     )
-    if not _fits(target, launch):
+    if not fits_shared_memory(target, launch):
         return []
     key = tree.text(indices.named_children[0])
     return [
@@ -92,17 +90,6 @@ def _bin_count(tree: KernelTree, shape: str) -> str | None:
         if argument and argument.role == "scalar" and str(argument.value).strip() == shape.strip():
             return parameter.name
     return None
-
-
-def _fits(target: KernelTarget, launch: LaunchSpec) -> bool:
-    spec = target.spec
-    assert spec is not None
-    candidate = replace(spec, launch=launch)
-    try:
-        points = [spec.sizes, *(complete_sizes(spec, s) for s in spec.verify_sizes)]
-        return all(resolve(candidate, point)[1].shared_bytes <= SHARED_LIMIT for point in points)
-    except SpecResolveError:
-        return False
 
 
 def _body(tree: KernelTree, loop: ElementLoop, bins: str, kind: str, count: str, key: str) -> str:

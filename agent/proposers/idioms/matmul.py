@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.idioms._tree import (
+from cuda_agent.agent.proposers.tree import (
     ZERO_LITERALS,
     KernelTree,
     accumulation,
@@ -27,8 +27,8 @@ from cuda_agent.agent.proposers.idioms._tree import (
     element_type,
     guarded_region,
     identifiers,
+    identifiers_in,
     index_variables,
-    kernel_tree,
     linear_form,
     local_names,
     single_declaration,
@@ -36,6 +36,7 @@ from cuda_agent.agent.proposers.idioms._tree import (
     statements,
     strip_parens,
     subscript_parts,
+    untemplated_kernel_tree,
 )
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
@@ -123,22 +124,6 @@ def _recognise(tree: KernelTree) -> _Match | None:
     return None
 
 
-def identifiers_in(tree: KernelTree, text: str) -> set[str]:
-    """The names in a bound as written (bounds are short expressions of parameters)."""
-    return {word for word in _words(text) if not word[0].isdigit()}
-
-
-def _words(text: str) -> list[str]:
-    word, found = "", []
-    for char in text + " ":
-        if char.isalnum() or char == "_":
-            word += char
-        elif word:
-            found.append(word)
-            word = ""
-    return found
-
-
 def _operands(
     tree: KernelTree, first: object, second: object, k: str, indices: set[str]
 ) -> tuple[str, str, str, str, str, str] | None:
@@ -175,7 +160,7 @@ def _operands(
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
-    tree = kernel_tree(target)
+    tree = untemplated_kernel_tree(target)
     match = _recognise(tree) if tree is not None else None
     if tree is None or match is None:
         return []

@@ -17,7 +17,7 @@ warp, so the bounds check's early return is warp-uniform and the full-mask shuff
 from __future__ import annotations
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.idioms._tree import (
+from cuda_agent.agent.proposers.tree import (
     FULL_MASK,
     SUM,
     ZERO_LITERALS,
@@ -25,7 +25,7 @@ from cuda_agent.agent.proposers.idioms._tree import (
     Edit,
     KernelTree,
     accumulation,
-    apply_edits,
+    apply_to_body,
     build_candidate,
     calls,
     counted_loop,
@@ -34,12 +34,12 @@ from cuda_agent.agent.proposers.idioms._tree import (
     has_any,
     identifiers,
     index_variables,
-    kernel_tree,
     line_indent,
     local_names,
     single_declaration,
     size_expression,
     strip_parens,
+    untemplated_kernel_tree,
     walk,
     writes,
 )
@@ -58,7 +58,7 @@ class _Unsupported(Exception):
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
-    tree = kernel_tree(target)
+    tree = untemplated_kernel_tree(target)
     if tree is None or target.spec is None or len(target.spec.launch.block) != 1:
         return []
     try:
@@ -114,7 +114,7 @@ def _rewrite(tree: KernelTree) -> tuple[str, str]:
             edits += _row_level(tree, statement, lane)
     if strided == 0:
         raise _Unsupported("no loop over columns")
-    return apply_edits(tree, edits), rows
+    return apply_to_body(tree, edits), rows
 
 
 def _zero_initialised(tree: KernelTree) -> set[str]:

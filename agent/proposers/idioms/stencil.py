@@ -23,35 +23,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.idioms._tree import (
+from cuda_agent.agent.proposers.tree import (
     CountedLoop,
     Edit,
     KernelTree,
-    _operands,
-    apply_edits,
+    apply_to_body,
     arguments,
     build_candidate,
     calls,
     counted_loop,
     element_type,
+    fits_shared_memory,
     guarded_region,
     has_any,
     identifiers,
+    identifiers_in,
     index_variables,
-    kernel_tree,
     line_indent,
     linear_form,
     local_names,
+    operands,
     single_declaration,
     size_expression,
     statements,
     strip_parens,
     subscript_parts,
+    untemplated_kernel_tree,
     walk,
     writes,
 )
-from cuda_agent.agent.proposers.idioms.histogram import _fits
-from cuda_agent.agent.proposers.idioms.matmul import identifiers_in
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.targets import KernelTarget
@@ -67,7 +67,7 @@ _OPERATORS = frozenset({"binary_expression", "unary_expression", "parenthesized_
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
-    tree = kernel_tree(target)
+    tree = untemplated_kernel_tree(target)
     if tree is None or target.spec is None or _has_barriers_or_shared(tree):
         return []
     if len(target.spec.launch.block) == 1:
@@ -378,7 +378,7 @@ def _conv1d_candidate(tree: KernelTree, window: _Window) -> list[Candidate]:
         return []
     size = _SIZES[window.element]
     launch = replace(spec.launch, shared_bytes=f"(block.x + {taps_size} - 1) * {size}")
-    if not _fits(tree.target, launch):
+    if not fits_shared_memory(tree.target, launch):
         return []
     try:
         count = f"{evaluate(taps_size, spec.sizes)}-tap"
@@ -423,7 +423,7 @@ def _conv1d_body(tree: KernelTree, w: _Window) -> str:
         (w.guard.start_byte, w.guard.start_byte, loader[len(pad) :]),
         (w.read.start_byte, w.read.end_byte, f"{tile}[{slot}]"),
     ]
-    return apply_edits(tree, edits)
+    return apply_to_body(tree, edits)
 
 
 # -- 2-D: a point stencil on a grid ---------------------------------------------------------------------
@@ -522,7 +522,7 @@ def _facts(tree: KernelTree, path: list[tuple[Node, bool]]) -> list[Fact]:
     """What the conditions on the path say, as linear forms >= 0: `row > 0` -> row - 1 >= 0."""
     facts = []
     for condition, truth in path:
-        for part in _operands(strip_parens(condition), "&&" if truth else "||"):
+        for part in operands(strip_parens(condition), "&&" if truth else "||"):
             fact = _comparison(tree, strip_parens(part), truth)
             if fact is not None:
                 facts.append(fact)
@@ -583,7 +583,7 @@ def _stencil2d_candidate(tree: KernelTree, grid: _Grid) -> list[Candidate]:
         grid=(f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)"),
         shared_bytes=f"(block.x + 2) * (block.y + 2) * {_SIZES[grid.element]}",
     )
-    if not _fits(tree.target, launch):
+    if not fits_shared_memory(tree.target, launch):
         return []
     points = len({(dr, dc) for _, dr, dc in grid.reads})
     return [
@@ -624,4 +624,4 @@ def _stencil2d_body(tree: KernelTree, g: _Grid) -> str:
         y = "threadIdx.y" if dr == -1 else f"(threadIdx.y + {1 + dr})"
         x = "threadIdx.x" if dc == -1 else f"threadIdx.x + {1 + dc}"
         edits.append((read.start_byte, read.end_byte, f"{tile}[{y} * {pitch} + {x}]"))
-    return apply_edits(tree, edits)
+    return apply_to_body(tree, edits)

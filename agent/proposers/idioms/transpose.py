@@ -13,19 +13,19 @@ of 32.
 from __future__ import annotations
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.idioms._tree import (
+from cuda_agent.agent.proposers.tree import (
     KernelTree,
     build_candidate,
     declared_names,
     element_type,
     guarded_region,
     index_variables,
-    kernel_tree,
     linear_form,
     local_names,
     size_expression,
     strip_parens,
     subscript_parts,
+    untemplated_kernel_tree,
     walk,
 )
 from cuda_agent.agent.spec import LaunchSpec
@@ -35,7 +35,7 @@ PROPOSER = "idiom:transpose"
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
-    tree = kernel_tree(target)
+    tree = untemplated_kernel_tree(target)
     found = _recognise(tree) if tree is not None else None
     if tree is None or found is None:
         return []

@@ -7,7 +7,7 @@ is proposed only where the kernel calls such math and the spec's tolerance leave
 from __future__ import annotations
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.transforms.tree import candidate_from, kernel_tree, walk
+from cuda_agent.agent.proposers.tree import candidate_from, kernel_tree, walk_with_comments
 from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.sandbox.plan import DEFAULT_TOLERANCE
 
@@ -59,7 +59,7 @@ def propose_flags(target: KernelTarget) -> list[Candidate]:
         rtol = written.rtol if written and written.rtol is not None else DEFAULT_TOLERANCE["float32"][1]
         if rtol < MIN_RTOL:
             return []
-    if not any(_approximated(tree.text(n), n.type) for n in walk(tree.body)):
+    if not any(_approximated(tree.text(n), n.type) for n in walk_with_comments(tree.body)):
         return []
     return [
         candidate_from(

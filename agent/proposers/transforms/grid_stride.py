@@ -12,7 +12,7 @@ import re
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.transforms.pattern import ThreadPerElement, thread_per_element
-from cuda_agent.agent.proposers.transforms.tree import (
+from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
     candidate_from,
@@ -39,7 +39,7 @@ def propose_grid_stride(target: KernelTarget) -> list[Candidate]:
     match = thread_per_element(tree)
     if match is None:
         return []
-    source = tree.apply(grid_stride_edits(tree, match))
+    source = tree.apply_to_file(grid_stride_edits(tree, match))
     launch = target.spec.launch
     grid = launch.grid[0]
     threads = launch.block[0]

@@ -10,7 +10,7 @@ import math
 import re
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.transforms.tree import Edit, candidate_from, kernel_tree
+from cuda_agent.agent.proposers.tree import Edit, candidate_from, kernel_tree
 from cuda_agent.agent.targets import KernelTarget
 
 PROPOSER = "launch-bounds"
@@ -45,7 +45,7 @@ def propose_launch_bounds(target: KernelTarget) -> list[Candidate]:
                 return []
             edit = (declarator.start_byte, declarator.start_byte, f"__launch_bounds__({arguments}) ")
         candidates.append(
-            candidate_from(target, tree.apply([edit]), description=description, proposer=PROPOSER)
+            candidate_from(target, tree.apply_to_file([edit]), description=description, proposer=PROPOSER)
         )
     return candidates
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuda_agent.agent.proposers.transforms.tree import THREAD_BUILTINS, KernelTree, mentions, walk
+from cuda_agent.agent.proposers.tree import THREAD_BUILTINS, KernelTree, mentions, walk_with_comments
 from tree_sitter import Node
 
 _GLOBAL_INDEX = frozenset(
@@ -127,7 +127,7 @@ def _self_contained(tree: KernelTree, statement: Node, index: str) -> bool:
     early exits or writes to the index (each would change meaning in a loop or with more elements)."""
     if mentions(tree, statement, THREAD_BUILTINS | {"__syncthreads", "__syncwarp"}):
         return False
-    for node in walk(statement):
+    for node in walk_with_comments(statement):
         if node.type in ("return_statement", "goto_statement") or tree.text(node) == "__shared__":
             return False
         if node.type in ("break_statement", "continue_statement") and not _inside_loop(node, statement):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.kernels import Parameter
-from cuda_agent.agent.proposers.transforms.tree import Edit, KernelTree, candidate_from, kernel_tree
+from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, kernel_tree
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -36,7 +36,7 @@ def propose_restrict(target: KernelTarget) -> list[Candidate]:
     return [
         candidate_from(
             target,
-            tree.apply(edits),
+            tree.apply_to_file(edits),
             description="__restrict__ pointers, const inputs (read-only loads)",
             proposer=PROPOSER,
             assumptions=(f"{listed} do not alias (no two point into the same memory)",),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.kernels import parse_cuda
-from cuda_agent.agent.proposers.transforms.tree import Edit, KernelTree, candidate_from, kernel_tree, walk
+from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, kernel_tree, walk_with_comments
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -24,7 +24,7 @@ def propose_unroll(target: KernelTarget) -> list[Candidate]:
     constants = _compile_time_names(tree)
     loops = [
         loop
-        for loop in walk(tree.body)
+        for loop in walk_with_comments(tree.body)
         if loop.type == "for_statement"
         and tree.starts_line(loop)
         and not _annotated(loop)
@@ -42,7 +42,7 @@ def propose_unroll(target: KernelTarget) -> list[Candidate]:
         candidates.append(
             candidate_from(
                 target,
-                tree.apply(edits),
+                tree.apply_to_file(edits),
                 description=f"#pragma unroll {factor} on {count} with a compile-time bound",
                 proposer=PROPOSER,
             )
@@ -54,7 +54,7 @@ def _compile_time_names(tree: KernelTree) -> set[str]:
     """Template value parameters of the kernel and object-like macros of the file."""
     names = {p.name for p in tree.target.kernel.template_parameters if p.kind == "value"}
     root = parse_cuda(tree.data).root_node
-    for node in walk(root):
+    for node in walk_with_comments(root):
         if node.type == "preproc_def" and node.child_by_field_name("value") is not None:
             name = node.child_by_field_name("name")
             if name is not None:
@@ -93,7 +93,7 @@ def _initial_value(loop: Node, variable: str) -> Node | None:
     initializer = loop.child_by_field_name("initializer")
     if initializer is None:
         return None
-    for node in walk(initializer):
+    for node in walk_with_comments(initializer):
         if node.type == "init_declarator":
             name = node.child_by_field_name("declarator")
             if name is not None and name.text == variable.encode():
@@ -107,7 +107,7 @@ def _initial_value(loop: Node, variable: str) -> Node | None:
 
 def _constant(tree: KernelTree, node: Node, constants: set[str]) -> bool:
     """An integer expression of literals and compile-time names only (`TILE`, `BLOCK / 2`, `32`)."""
-    leaves = [n for n in walk(node) if n.child_count == 0]
+    leaves = [n for n in walk_with_comments(node) if n.child_count == 0]
     has_value = False
     for leaf in leaves:
         if leaf.type == "number_literal":

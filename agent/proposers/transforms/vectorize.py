@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.transforms.grid_stride import coarsened_grid
 from cuda_agent.agent.proposers.transforms.pattern import ThreadPerElement, thread_per_element
-from cuda_agent.agent.proposers.transforms.tree import (
+from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
     candidate_from,
     kernel_tree,
     reindent,
-    walk,
+    walk_with_comments,
     with_grid,
 )
 from cuda_agent.agent.targets import KernelTarget
@@ -61,7 +61,7 @@ def propose_vectorize(target: KernelTarget) -> list[Candidate]:
     if len(element_types) != 1 or next(iter(element_types)) not in VECTOR_TYPES:
         return []
     vector = VECTOR_TYPES[next(iter(element_types))]
-    source = tree.apply(_edits(tree, match, vector, loaded, stored))
+    source = tree.apply_to_file(_edits(tree, match, vector, loaded, stored))
     launch = target.spec.launch
     return [
         candidate_from(
@@ -81,7 +81,7 @@ def _accesses(tree: KernelTree, match: ThreadPerElement) -> tuple[set[str], set[
     region = (match.statements[0].start_byte, match.end_byte)
     loaded: set[str] = set()
     stored: set[str] = set()
-    for node in walk(tree.body):
+    for node in walk_with_comments(tree.body):
         if node.type != "identifier" or tree.text(node) not in pointers:
             continue
         name = tree.text(node)
@@ -224,7 +224,7 @@ def _rewritten(
     pointers = {p.name for p in tree.target.kernel.parameters if p.is_pointer}
     edits: list[Edit] = []
     inside_subscript = -1
-    for node in walk(statement):
+    for node in walk_with_comments(statement):
         if node.start_byte < inside_subscript:
             continue
         if node.type == "subscript_expression":

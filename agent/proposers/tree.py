@@ -1,34 +1,44 @@
-"""What every idiom needs: the kernel's syntax tree, index and guard shapes, and building the candidate.
+"""The tree-sitter view of one kernel that the transforms and idioms rewrite, and edits on it.
 
-Recognition reads the tree-sitter tree of the kernel body; nothing here matches the source with
-regexes. Templates are written in the user's names (parameters, index variables, accumulators), so
-the rewrite reads as the user's own kernel made faster, and the signature is never touched.
+Recognition reads the tree-sitter tree of the kernel; nothing here matches the source with regexes.
+Transforms change only the bytes they must: every edit is (start byte, end byte, new text) in the
+user's file, applied back to front, so everything outside the edited ranges stays as written. Idiom
+templates are written in the user's names (parameters, index variables, accumulators), so the rewrite
+reads as the user's own kernel made faster, and the signature is never touched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import replace_span
 from cuda_agent.agent.kernels import Parameter, parse_cuda
-from cuda_agent.agent.spec import LaunchSpec
-from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.agent.rewrite import with_launch
+from cuda_agent.agent.spec import LaunchSpec, SpecResolveError, complete_sizes, resolve
+from cuda_agent.agent.targets import KernelTarget, load_targets
 from tree_sitter import Node
 
+Edit = tuple[int, int, str]  # replace file bytes [start, end) with the text (an insertion when empty)
+
+# Names whose values differ between threads or blocks: a body that reads them cannot be moved into a
+# loop over elements, or given more elements a thread, without changing what it computes.
+THREAD_BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
 FULL_MASK = "0xffffffffu"
 # Blocks that saturate an H200 (132 SMs) with grid-stride loops, without oversubscribing.
 RESIDENT_BLOCKS = 132 * 8
+SHARED_LIMIT = 48 * 1024  # without opting in to more per block
 
 
 @dataclass(frozen=True)
 class KernelTree:
-    """The parsed kernel: its body node and the bytes the nodes index into."""
+    """The parsed kernel: its definition and body nodes and the bytes the nodes index into."""
 
     target: KernelTarget
     data: bytes
-    body: Node
+    definition: Node  # the function_definition
+    body: Node  # its compound_statement
 
     def text(self, node: Node) -> str:
         return self.data[node.start_byte : node.end_byte].decode("utf-8")
@@ -41,9 +51,59 @@ class KernelTree:
         names = {p.name for p in self.target.kernel.parameters}
         return names | identifiers(self.body)
 
+    def indent_at(self, byte: int) -> str:
+        """The whitespace that starts the line holding `byte`."""
+        start = self.data.rfind(b"\n", 0, byte) + 1
+        end = start
+        while end < len(self.data) and self.data[end] in b" \t":
+            end += 1
+        return self.data[start:end].decode("utf-8")
+
+    def starts_line(self, node: Node) -> bool:
+        """Whether only whitespace precedes the node on its line (a `#pragma` can go above it)."""
+        start = self.data.rfind(b"\n", 0, node.start_byte) + 1
+        return self.data[start : node.start_byte].strip() == b""
+
+    def indent_unit(self) -> str:
+        """One level of the user's indentation: the first statement's indent beyond the function's."""
+        outer = self.indent_at(self.definition.start_byte)
+        for statement in self.body.named_children:
+            if self.starts_line(statement):
+                inner = self.indent_at(statement.start_byte)
+                if inner.startswith(outer) and len(inner) > len(outer):
+                    return inner[len(outer) :]
+        return "    "
+
+    def identifiers(self) -> set[str]:
+        return {self.text(n) for n in walk_with_comments(self.definition) if n.type == "identifier"}
+
+    def apply_to_file(self, edits: Sequence[Edit]) -> str:
+        """The whole file's text with the edits applied (see `apply_to_body` for the body alone)."""
+        data = self.data
+        for start, end, new_text in sorted(edits, key=lambda e: e[0], reverse=True):
+            data = data[:start] + new_text.encode("utf-8") + data[end:]
+        return data.decode("utf-8")
+
 
 def kernel_tree(target: KernelTarget) -> KernelTree | None:
-    """The kernel's body, for a kernel we can rewrite: parsed cleanly, not a template, with a spec."""
+    """The parsed kernel of `target`, or None when its body is missing or did not parse cleanly
+    (a transform never edits code the parser had to recover from)."""
+    if target.spec is None or target.kernel.has_errors:
+        return None
+    data = target.source.encode("utf-8")
+    root = parse_cuda(data).root_node
+    span = target.kernel.body_span
+    body = root.descendant_for_byte_range(span.start_byte, span.end_byte)
+    while body is not None and body.type != "compound_statement":
+        body = body.parent
+    if body is None or body.parent is None or body.parent.type != "function_definition":
+        return None
+    return KernelTree(target, data, body.parent, body)
+
+
+def untemplated_kernel_tree(target: KernelTarget) -> KernelTree | None:
+    """The kernel, for one an idiom can rewrite: parsed cleanly, not a template, with a spec, and the body
+    node exactly the kernel's body span (`kernel_tree` also takes templates)."""
     kernel = target.kernel
     if target.spec is None or kernel.has_errors or kernel.template_parameters or kernel.template_arguments:
         return None
@@ -57,7 +117,8 @@ def kernel_tree(target: KernelTarget) -> KernelTree | None:
         kernel.body_span.end_byte,
     ):
         return None
-    return KernelTree(target, data, body)
+    assert body.parent is not None  # a compound statement is never the root
+    return KernelTree(target, data, body.parent, body)
 
 
 # -- walking -------------------------------------------------------------------------------------------
@@ -74,8 +135,33 @@ def walk(node: Node) -> Iterator[Node]:
         stack.extend(reversed(current.children))
 
 
+def walk_with_comments(node: Node) -> Iterator[Node]:
+    """The node and all its descendants, comments included, in source order."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
+
+
 def identifiers(node: Node) -> set[str]:
     return {n.text.decode() for n in walk(node) if n.type == "identifier" and n.text is not None}
+
+
+def identifiers_in(tree: KernelTree, text: str) -> set[str]:
+    """The names in a bound as written (bounds are short expressions of parameters)."""
+    return {word for word in _words(text) if not word[0].isdigit()}
+
+
+def _words(text: str) -> list[str]:
+    word, found = "", []
+    for char in text + " ":
+        if char.isalnum() or char == "_":
+            word += char
+        elif word:
+            found.append(word)
+            word = ""
+    return found
 
 
 def statements(block: Node) -> list[Node]:
@@ -136,14 +222,14 @@ def _field(node: Node) -> tuple[str, str] | None:
     return base.text.decode(), field.text.decode()
 
 
-def _operands(node: Node, operator: str) -> list[Node]:
+def operands(node: Node, operator: str) -> list[Node]:
     """The operands of a chain of one associative operator: a + b + c -> [a, b, c]."""
     node = strip_parens(node)
     op = node.child_by_field_name("operator")
     if node.type == "binary_expression" and op is not None and op.type == operator:
         left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
         assert left is not None and right is not None
-        return _operands(left, operator) + _operands(right, operator)
+        return operands(left, operator) + operands(right, operator)
     return [node]
 
 
@@ -152,13 +238,13 @@ def global_index_axis(node: Node) -> str | None:
     node = strip_parens(node)
     if node.type == "cast_expression" and (value := node.child_by_field_name("value")) is not None:
         node = strip_parens(value)
-    terms = _operands(node, "+")
+    terms = operands(node, "+")
     if len(terms) != 2:
         return None
     for thread, product in (terms, terms[::-1]):
         axis = _field(thread)
-        factors = sorted(f for f in (_field(t) for t in _operands(product, "*")) if f is not None)
-        if axis is None or axis[0] != "threadIdx" or len(_operands(product, "*")) != 2:
+        factors = sorted(f for f in (_field(t) for t in operands(product, "*")) if f is not None)
+        if axis is None or axis[0] != "threadIdx" or len(operands(product, "*")) != 2:
             continue
         if factors == [("blockDim", axis[1]), ("blockIdx", axis[1])]:
             return axis[1]
@@ -244,7 +330,7 @@ def _bounds(condition: Node, negated: bool, tree: KernelTree) -> dict[str, str] 
     """`i < n && j < m` (or, negated, `i >= n || j >= m`) -> {i: n, j: m}."""
     joiner, compare, flipped = ("||", ">=", "<=") if negated else ("&&", "<", ">")
     found: dict[str, str] = {}
-    for part in _operands(strip_parens(condition), joiner):
+    for part in operands(strip_parens(condition), joiner):
         op = part.child_by_field_name("operator")
         left, right = part.child_by_field_name("left"), part.child_by_field_name("right")
         if part.type != "binary_expression" or op is None or left is None or right is None:
@@ -321,6 +407,18 @@ def element_type(parameter: Parameter | None) -> str | None:
     if parameter is None or parameter.pointer_depth != 1:
         return None
     return parameter.type
+
+
+def fits_shared_memory(target: KernelTarget, launch: LaunchSpec) -> bool:
+    """Whether the launch's dynamic shared memory stays under SHARED_LIMIT at every size the spec runs."""
+    spec = target.spec
+    assert spec is not None
+    candidate = replace(spec, launch=launch)
+    try:
+        points = [spec.sizes, *(complete_sizes(spec, s) for s in spec.verify_sizes)]
+        return all(resolve(candidate, point)[1].shared_bytes <= SHARED_LIMIT for point in points)
+    except SpecResolveError:
+        return False
 
 
 # -- the candidate -------------------------------------------------------------------------------------
@@ -531,11 +629,10 @@ def has_any(node: Node, types: Iterable[str]) -> bool:
 
 # -- editing the body in place -------------------------------------------------------------------------
 
-Edit = tuple[int, int, str]  # file byte range and its new text (an insertion when the range is empty)
 
-
-def apply_edits(tree: KernelTree, edits: list[Edit]) -> str:
-    """The kernel body's text with the edits applied (ranges in file bytes, none overlapping)."""
+def apply_to_body(tree: KernelTree, edits: list[Edit]) -> str:
+    """The kernel body's text with the edits applied (ranges in file bytes, none overlapping); see
+    `KernelTree.apply_to_file` for the whole file."""
     start, data = tree.body.start_byte, tree.data
     text = data[start : tree.body.end_byte]
     for begin, end, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
@@ -544,7 +641,63 @@ def apply_edits(tree: KernelTree, edits: list[Edit]) -> str:
 
 
 def line_indent(tree: KernelTree, node: Node) -> str:
-    """The whitespace that starts the node's line."""
+    """The whitespace that starts the node's line, up to the node (`KernelTree.indent_at` counts only
+    spaces and tabs from the line's start)."""
     line_start = tree.data.rfind(b"\n", 0, node.start_byte) + 1
     prefix = tree.data[line_start : node.start_byte].decode("utf-8")
     return prefix[: len(prefix) - len(prefix.lstrip())]
+
+
+# -- for the transforms: names, re-indenting, the candidate --------------------------------------------
+
+
+def mentions(tree: KernelTree, node: Node, names: frozenset[str] | set[str]) -> bool:
+    return any(n.type == "identifier" and tree.text(n) in names for n in walk_with_comments(node))
+
+
+def reindent(text: str, old_indent: str, new_indent: str) -> str:
+    """A statement's text (its first line without indentation) moved from one depth to another."""
+    lines = text.split("\n")
+    moved = [new_indent + lines[0]]
+    for line in lines[1:]:
+        stripped = line[len(old_indent) :] if line.startswith(old_indent) else line.lstrip()
+        moved.append(new_indent + stripped if stripped else "")
+    return "\n".join(moved)
+
+
+def candidate_from(
+    target: KernelTarget,
+    source: str,
+    *,
+    description: str,
+    proposer: str,
+    assumptions: tuple[str, ...] = (),
+    launch: LaunchSpec | None = None,
+    flags: tuple[str, ...] = (),
+) -> Candidate:
+    """A candidate whose launch, when it differs from the target's, is also written into the file's spec,
+    so the file re-read (the next search round, or the user after applying it) runs the same launch."""
+    assert target.spec is not None
+    if launch is not None and launch != target.spec.launch:
+        if target.spec.inferred:
+            # Written out above the kernel as inferred from the original, not re-inferred from the
+            # rewrite (whose shape the inference may read differently). Edits inside the kernel leave
+            # its first byte where it was.
+            source = with_launch(replace(target, source=source), launch)
+        else:
+            edited = load_targets(target.path, source).find(target.kernel.name)
+            assert edited is not None and edited.spec is not None, "an edit lost the kernel's spec"
+            source = with_launch(edited, launch)
+    return Candidate(
+        source=source,
+        block=(launch or target.spec.launch).block,
+        description=description,
+        proposer=proposer,
+        flags=flags,
+        assumptions=assumptions,
+        launch=launch if launch is not None and launch != target.spec.launch else None,
+    )
+
+
+def with_grid(launch: LaunchSpec, grid: str) -> LaunchSpec:
+    return replace(launch, grid=(grid,))
