@@ -28,7 +28,7 @@ from cuda_agent.agent.rewrite import unified_diff
 from cuda_agent.agent.search import SearchBudget
 from cuda_agent.agent.spec import SpecError
 from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
-from cuda_agent.sandbox.reports import DeviceInfo, WorkerError
+from cuda_agent.sandbox.reports import CompileResult, DeviceInfo, WorkerError
 from cuda_agent.tables import (
     baseline_table,
     candidates_table,
@@ -238,8 +238,8 @@ def _compile_only(engine: Engine, target: KernelTarget) -> bool:
     return result.ok
 
 
-def _print_compile_diagnostics(target: KernelTarget, result: object) -> None:
-    for d in getattr(result, "diagnostics", ()):
+def _print_compile_diagnostics(target: KernelTarget, result: CompileResult) -> None:
+    for d in result.diagnostics:
         where = f"{relative(target.path)}:{d.line or '?'}" + (f":{d.column}" if d.column else "")
         style = "red" if d.severity == "error" else "yellow"
         console.print(f"  {where}: [{style}]{d.severity}:[/] {escape(d.message)}")

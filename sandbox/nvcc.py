@@ -23,8 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cuda_agent.sandbox.cubin import relocation_target
-from cuda_agent.sandbox.plan import CompiledKernel
-from cuda_agent.sandbox.ptxas_info import kernel_resources, ptxas_diagnostics
+from cuda_agent.sandbox.ptxas_info import compiled, ptxas_diagnostics
 from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult, Severity
 
 NVCC_TIMEOUT_S = 300.0
@@ -105,16 +104,7 @@ def compile_with_nvcc(
         if not any(d.severity == "error" for d in diagnostics):
             diagnostics.append(_unexplained_failure(returncode, cubin, kernel, log))
         return CompileResult(False, None, tuple(diagnostics), "nvcc", seconds, log)
-    compiled_kernel = CompiledKernel(
-        name=kernel,
-        lowered_name=lowered,
-        cubin=cubin,
-        backend="nvcc",
-        arch=arch,
-        flags=tuple(flags),
-        resources=kernel_resources(log, cubin, lowered),
-    )
-    return CompileResult(True, compiled_kernel, tuple(diagnostics), "nvcc", seconds, log)
+    return compiled(kernel, lowered, cubin, "nvcc", arch, flags, log, diagnostics, seconds)
 
 
 def _run(command: list[str], folder: str) -> tuple[int | None, str]:

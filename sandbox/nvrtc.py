@@ -16,8 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from cuda_agent.sandbox.plan import CompiledKernel
-from cuda_agent.sandbox.ptxas_info import kernel_resources, ptxas_diagnostics
+from cuda_agent.sandbox.ptxas_info import compiled, ptxas_diagnostics
 from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult, Severity
 
 # NVRTC reports an unknown kernel name expression against this pseudo file.
@@ -153,51 +152,42 @@ def compile_with_nvrtc(
         (result,) = nvrtc.nvrtcAddNameExpression(program, kernel.encode())
         _check(result, "nvrtcAddNameExpression")
         encoded = [o.encode() for o in options]
-        (compiled,) = nvrtc.nvrtcCompileProgram(program, len(encoded), encoded)
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(encoded), encoded)
         log_bytes = _read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, program)
         # NUL-separated parts: ptxas's errors follow its info after a terminator of their own.
         log = log_bytes.replace(b"\0", b"").decode(errors="replace")
         diagnostics = parse_nvrtc_log(log, filename, kernel) + ptxas_diagnostics(log)
         cubin = b""
         lowered = ""
-        if compiled == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        if status == nvrtc.nvrtcResult.NVRTC_SUCCESS:
             cubin = _read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, program)
             result, name = nvrtc.nvrtcGetLoweredName(program, kernel.encode())
             _check(result, "nvrtcGetLoweredName")
             lowered = name.decode()
     seconds = time.perf_counter() - start
-    failure = _failure(compiled, cubin, arch, options, diagnostics)
+    failure = _failure(status, cubin, arch, options, diagnostics)
     if failure is not None:
         return CompileResult(False, None, (*diagnostics, *failure), "nvrtc", seconds, log)
-    compiled_kernel = CompiledKernel(
-        name=kernel,
-        lowered_name=lowered,
-        cubin=cubin,
-        backend="nvrtc",
-        arch=arch,
-        flags=tuple(flags),
-        resources=kernel_resources(log, cubin, lowered),
-    )
-    return CompileResult(True, compiled_kernel, tuple(diagnostics), "nvrtc", seconds, log)
+    return compiled(kernel, lowered, cubin, "nvrtc", arch, flags, log, diagnostics, seconds)
 
 
 def _failure(
-    compiled: Any, cubin: bytes, arch: str, options: list[str], diagnostics: list[CompileDiagnostic]
+    status: Any, cubin: bytes, arch: str, options: list[str], diagnostics: list[CompileDiagnostic]
 ) -> tuple[CompileDiagnostic, ...] | None:
     """The error to add when the compile failed and the log did not already say why; None on success."""
     from cuda.bindings import nvrtc
 
-    if compiled == nvrtc.nvrtcResult.NVRTC_SUCCESS and cubin:
+    if status == nvrtc.nvrtcResult.NVRTC_SUCCESS and cubin:
         return None
     if any(d.severity == "error" for d in diagnostics):
         return ()
-    if compiled == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
+    if status == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
         return (CompileDiagnostic("error", f"NVRTC rejected its options: {' '.join(options)}"),)
-    if compiled == nvrtc.nvrtcResult.NVRTC_SUCCESS:  # a virtual arch such as compute_90 gives PTX only
+    if status == nvrtc.nvrtcResult.NVRTC_SUCCESS:  # a virtual arch such as compute_90 gives PTX only
         return (
             CompileDiagnostic("error", f"NVRTC made no cubin for arch {arch!r}; give a real one like sm_90"),
         )
-    return (CompileDiagnostic("error", f"NVRTC failed: {compiled.name}"),)
+    return (CompileDiagnostic("error", f"NVRTC failed: {status.name}"),)
 
 
 def parse_nvrtc_log(log: str, filename: str, kernel: str) -> list[CompileDiagnostic]:

@@ -8,10 +8,12 @@ read per entry function and the caller asks for the one it compiled.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Literal
 
 from cuda_agent.sandbox.cubin import resource_usage
-from cuda_agent.sandbox.plan import ResourceUsage
-from cuda_agent.sandbox.reports import CompileDiagnostic
+from cuda_agent.sandbox.plan import CompiledKernel, ResourceUsage
+from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PROPERTIES = re.compile(r"Function properties for (\S+)")
@@ -45,6 +47,23 @@ def kernel_resources(log: str, cubin: bytes, symbol: str) -> ResourceUsage:
     """What ptxas reported for `symbol`, else what the cubin itself records (registers, stack frame)."""
     usage = parse_resource_usage(log, symbol)
     return usage if usage.registers is not None else resource_usage(cubin, symbol)
+
+
+def compiled(
+    kernel: str, lowered: str, cubin: bytes, backend: Literal["nvrtc", "nvcc"], arch: str,
+    flags: Sequence[str], log: str, diagnostics: Sequence[CompileDiagnostic], seconds: float,
+) -> CompileResult:  # fmt: skip
+    """A successful compile's result, the same for both compilers: the cubin, its symbol, its resources."""
+    kernel_object = CompiledKernel(
+        name=kernel,
+        lowered_name=lowered,
+        cubin=cubin,
+        backend=backend,
+        arch=arch,
+        flags=tuple(flags),
+        resources=kernel_resources(log, cubin, lowered),
+    )
+    return CompileResult(True, kernel_object, tuple(diagnostics), backend, seconds, log)
 
 
 def ptxas_diagnostics(log: str) -> list[CompileDiagnostic]:
