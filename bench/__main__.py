@@ -1,4 +1,7 @@
-"""`python -m bench [--kernels NAME...] [--budget-s 180] [--out bench/results]`: the bench suite."""
+"""`python -m bench [--kernels NAME...] [--budget-s 180] [--out bench/results]`: the bench suite.
+
+`python -m bench --merge A.json B.json`: one table from runs of parts of the suite (a GPU session too short
+for all of it runs it in parts)."""
 
 from __future__ import annotations
 
@@ -29,7 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     add_arguments(parser)
     parser.add_argument("--gpu", type=int, default=0, help="GPU index (default 0)")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON", help="merge these runs' tables")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge_runs(args.merge, args.out)
     # Imported after parsing, so --help answers without loading the engine.
     from cuda_agent.agent.engine import Engine, EngineSettings
 
@@ -42,6 +48,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def merge_runs(paths: Sequence[Path], out: Path) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from bench.report import from_json, merge, rich_table, summary_lines, write
+
+    console = Console(highlight=False)
+    try:
+        run = merge([from_json(path.read_text(encoding="utf-8")) for path in paths])
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        console.print(f"[red]cannot merge: {escape(str(exc))}[/]")
+        return 2
+    console.print(rich_table(run))
+    for line in summary_lines(run.summary, run.budget_s):
+        console.print(line)
+    json_path, markdown_path = write(run, out)
+    console.print(f"wrote {json_path} and {markdown_path.name}")
+    return 0
 
 
 if __name__ == "__main__":

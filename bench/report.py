@@ -227,6 +227,22 @@ def from_json(text: str) -> BenchRun:
                     results=results)  # fmt: skip
 
 
+def merge(runs: Sequence[BenchRun]) -> BenchRun:
+    """Runs of parts of the suite (split to fit a machine's time limit) as one table: a kernel measured in
+    several keeps its last result. The runs must be of one GPU and one budget, else the table would lie."""
+    if not runs:
+        raise ValueError("no runs to merge")
+    for field_name in ("gpu", "budget_s", "proposers"):
+        values = {getattr(r, field_name) for r in runs}
+        if len(values) > 1:
+            raise ValueError(f"runs differ in {field_name}: {', '.join(map(str, sorted(values, key=str)))}")
+    by_kernel = {(r.file, r.kernel): r for run in runs for r in run.results}
+    first = min(runs, key=lambda r: r.started)
+    notes = tuple(sorted({n for run in runs for n in run.notes}))
+    return dataclasses.replace(first, results=tuple(sorted(by_kernel.values(), key=lambda r: r.file)),
+                               notes=notes)  # fmt: skip
+
+
 def result_stem(run: BenchRun) -> str:
     """`2026-11-03T1412_NVIDIA-H200`: sorts by date, says the GPU, safe in every file system."""
     stamp = run.started[:16].replace(":", "")

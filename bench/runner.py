@@ -7,7 +7,6 @@ Shared by `python -m bench` and `cuda-agent bench`. Turns the engine's results i
 from __future__ import annotations
 
 import datetime
-import inspect
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from cuda_agent.sandbox.reports import WorkerError
 from rich.console import Console
 from rich.markup import escape
 
-from bench.report import BenchRun, KernelResult, rich_table, summary_lines, write
+from bench.report import COLUMNS, BenchRun, KernelResult, rich_table, row, summary_lines, write
 from bench.suite import UnknownKernel, load_suite
 from cuda_agent import __version__
 
@@ -30,10 +29,9 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 def _optimize_within(
     engine: Engine, target: KernelTarget, proposers: tuple[str, ...], budget_s: float
-) -> tuple[OptimizeOutcome, float | None, float, list[str]]:
-    """optimize() with the budget when it takes one; returns the outcome, the seconds to its first verified
-    improvement (from the Progress reports), the total seconds, and notes."""
-    notes: list[str] = []
+) -> tuple[OptimizeOutcome, float | None, float]:
+    """optimize() within the budget; returns the outcome, the seconds to its first verified improvement
+    (from the Progress reports) and the total seconds."""
     start = time.perf_counter()
     first: list[float] = []
 
@@ -41,14 +39,8 @@ def _optimize_within(
         if not first and progress.best_speedup > 1.0:
             first.append(time.perf_counter() - start)
 
-    parameters = inspect.signature(optimize).parameters
-    kwargs: dict[str, object] = {"on_progress": on_progress}
-    if "budget_s" in parameters:
-        kwargs["budget_s"] = budget_s
-    else:
-        notes.append("optimize() takes no budget: the search ran to its end")
-    outcome = optimize(engine, target, proposers, **kwargs)  # type: ignore[arg-type]
-    return outcome, (first[0] if first else None), time.perf_counter() - start, notes
+    outcome = optimize(engine, target, proposers, on_progress=on_progress, budget_s=budget_s)
+    return outcome, (first[0] if first else None), time.perf_counter() - start
 
 
 def kernel_result(
@@ -129,30 +121,31 @@ def run_bench(
         return 2
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     results: list[KernelResult] = []
-    notes: set[str] = set()
+
+    def run_so_far() -> BenchRun:
+        return BenchRun(device.name, started, __version__, budget_s, chosen, tuple(results))
+
     for number, target in enumerate(targets, 1):
         if target.spec is None:
             results.append(KernelResult(target.kernel.name, target.path.name, "", None, error=target.note))
             continue
         with console.status(f"[{number}/{len(targets)}] {target.kernel.name}: searching…"):
-            outcome, first, search_s, run_notes = _optimize_within(engine, target, chosen, budget_s)
-        notes.update(run_notes)
+            outcome, first, search_s = _optimize_within(engine, target, chosen, budget_s)
         with console.status(
             f"[{number}/{len(targets)}] {target.kernel.name}: timing torch eager and compile…"
         ):
             torch = engine.time_torch(outcome.baseline) if outcome.baseline.problems else None
         result = kernel_result(target, outcome, torch or TorchTimingResult(None, None, ""), first, search_s)
         results.append(result)
-        console.print(f"[bold]{target.kernel.name}[/]: {escape(outcome.explanation)}")
-    run = BenchRun(
-        gpu=device.name,
-        started=started,
-        version=__version__,
-        budget_s=budget_s,
-        proposers=chosen,
-        results=tuple(results),
-        notes=tuple(sorted(notes)),
-    )
+        cells = dict(zip(COLUMNS, row(result), strict=True))
+        console.print(
+            f"[bold]{target.kernel.name}[/]: {cells['speedup']} ({cells['original']} → {cells['best']}), "
+            f"torch.compile {cells['torch.compile']}, first gain {cells['first gain']}, "
+            f"search {cells['search']}: {escape(outcome.explanation)}"
+        )
+        if out is not None:  # after every kernel: a run stopped part-way keeps what it measured
+            write(run_so_far(), out)
+    run = run_so_far()
     console.print(rich_table(run))
     for line in summary_lines(run.summary, budget_s):
         console.print(line)

@@ -40,7 +40,12 @@ def oracle_function(
     if not outputs:
         raise ValueError("the problem has no PyTorch oracle to time")
     parameters = tuple(a.name for a in problem.arguments if a.role in ("input", "inout"))
-    bodies = [ast.parse(oracle[name], mode="eval").body for name in outputs]
+    # Each output through `_written_out`: a kernel writes its output buffer, so an expression that is only
+    # a view (`src.T`) must be made to write its result too, or torch would be timed doing nothing.
+    bodies = [
+        ast.Call(ast.Name("_written_out", ast.Load()), [ast.parse(oracle[name], mode="eval").body], [])
+        for name in outputs
+    ]
     function = ast.FunctionDef(
         name="reference",
         args=ast.arguments(
@@ -54,10 +59,20 @@ def oracle_function(
     module = ast.fix_missing_locations(ast.Module([function], type_ignores=[]))
     namespace: dict[str, Any] = {
         "__builtins__": {}, "torch": torch, "math": math, "F": torch.nn.functional,
-        **problem.sizes, **constants,
+        **problem.sizes, **constants, "_written_out": _written_out(torch),
     }  # fmt: skip
     exec(compile(module, f"<oracle of {problem.label}>", "exec"), namespace)
     return namespace["reference"], tuple(outputs)
+
+
+def _written_out(torch: Any) -> Callable[[Any], Any]:
+    """A tensor as a contiguous tensor of its own (a copy only when it is a strided view, as `.T` is)."""
+    tensor_type = getattr(torch, "Tensor", None)
+
+    def written_out(value: Any) -> Any:
+        return value.contiguous() if tensor_type is not None and isinstance(value, tensor_type) else value
+
+    return written_out
 
 
 class _Inputs:
@@ -183,7 +198,8 @@ def _time_both(
     try:
         beat("torch eager: first call", expect_silence_s=FIRST_CALL_SILENCE_S)
         inputs.draw(base_seed)
-        reference = function(*inputs.tensors)
+        # A copy: the timed runs below draw new values into the inputs, and an output may be one of them.
+        reference = tuple(torch.as_tensor(value).clone() for value in function(*inputs.tensors))
         torch.cuda.synchronize()
         eager = _time_function("torch eager", function, inputs, flush, request, base_seed, beat)
     except Exception as exc:  # the user's expression: any error is theirs, and ends this request's work
@@ -198,6 +214,7 @@ def _time_both(
         # seconds on a fresh machine (seen on the H200 as a 5 s "hang").
         beat("torch.compile: compiling the oracle", expect_silence_s=COMPILE_SILENCE_S)
         compiled_function = torch.compile(function)
+        inputs.draw(base_seed)  # the reference's inputs again, so the two results can be compared
         started = time.perf_counter()
         result = compiled_function(*inputs.tensors)  # compiles; not timed
         torch.cuda.synchronize()

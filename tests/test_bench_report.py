@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.__main__ import main as bench_main
 from bench.report import (
     BenchRun,
     KernelResult,
@@ -87,3 +88,27 @@ def test_rich_table_has_a_row_per_kernel() -> None:
     table = rich_table(RUN)
     assert table.row_count == len(RESULTS)
     assert [c.header for c in table.columns][:4] == ["kernel", "original", "best", "speedup"]
+
+
+def test_runs_of_parts_of_the_suite_merge_into_one_table(tmp_path: Path) -> None:
+    first = BenchRun(RUN.gpu, "2026-11-03T14:12:09+00:00", RUN.version, 180.0, RUN.proposers, RESULTS[:2])
+    later = BenchRun(RUN.gpu, "2026-11-03T14:30:00+00:00", RUN.version, 180.0, RUN.proposers, RESULTS[1:])
+    paths = []
+    for index, run in enumerate((later, first)):
+        paths.append(tmp_path / f"{index}.json")
+        paths[-1].write_text(to_json(run))
+    out = tmp_path / "merged"
+    assert bench_main(["--merge", *map(str, paths), "--out", str(out)]) == 0
+    merged = from_json((out / "2026-11-03T1412_NVIDIA-H200.json").read_text())
+    assert sorted(r.kernel for r in merged.results) == sorted(r.kernel for r in RESULTS)
+    assert merged.summary.improved == 2 and merged.started == first.started
+
+
+def test_runs_of_different_gpus_do_not_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = BenchRun("NVIDIA A100", RUN.started, RUN.version, 180.0, RUN.proposers, RESULTS[:1])
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    paths[0].write_text(to_json(RUN))
+    paths[1].write_text(to_json(other))
+    assert bench_main(["--merge", *map(str, paths), "--out", str(tmp_path)]) == 2
+    assert "runs differ in gpu: NVIDIA A100, NVIDIA H200" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.md"))

@@ -166,6 +166,39 @@ def test_histograms_are_privatised_in_shared_memory(data: str, hist: str, dtype:
     assert candidate.launch is not None and candidate.launch.shared_bytes == "(bins) * 4"
 
 
+TRUSTING_HISTOGRAM = """/* cuda-agent
+[sizes]
+n = 1_000_000
+bins = 64
+[args]
+keys = { role = "input", dtype = "int32", shape = ["n"], init = { low = 0, high = "bins" } }
+hist = { role = "inout", dtype = "int32", shape = ["bins"], init = "zeros" }
+n = { role = "scalar", dtype = "int32", value = "n" }
+[launch]
+block = [128]
+grid = ["ceil_div(n, block.x)"]
+[verify]
+sizes = [%s]
+*/
+__global__ void k(const int* keys, int* hist, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&hist[keys[i]], 1);
+}"""
+
+
+@needs_compiler
+def test_a_histogram_that_never_sees_its_bin_count_gets_the_specs_constant_and_says_so() -> None:
+    target = _target(TRUSTING_HISTOGRAM % "{ n = 1001 }", "k")
+    _check(target, "idiom:histogram")
+    (candidate,) = IDIOM_PROPOSERS["idiom:histogram"](target)
+    assert "b < 64;" in candidate.source
+    assert "64 bins (bins = 64 at every size of the spec)" in candidate.assumptions
+    # Verified at another bin count too, the count is not a constant: no rewrite guesses one.
+    varying = _target(TRUSTING_HISTOGRAM % "{ n = 1001, bins = 16 }", "k")
+    assert IDIOM_PROPOSERS["idiom:histogram"](varying) == []
+
+
 def test_histogram_bins_must_fit_in_shared_memory() -> None:
     kernel = """__global__ void k(const int* data, int* hist, int n, int nbins)
 {

@@ -55,6 +55,7 @@ def test_time_torch_request_times_eager_and_compiled(sandbox) -> None:  # type: 
     assert result.eager is not None and result.eager.runs >= 10 and result.eager.median_ms > 0
     assert result.compiled is not None and result.compiled.median_ms > 0, result.note
     assert "torch.compile took" in result.note
+    assert "differs" not in result.note  # eager and compiled agree on the same inputs
     # 200 MB moved: at most the copy bandwidth of any GPU we run on; far from zero.
     assert 0.02 < result.eager.median_ms < 50
 
@@ -68,3 +69,19 @@ def test_time_torch_eager_only_and_a_failing_expression(sandbox) -> None:  # typ
     failed = sandbox._request(TimeTorchRequest(bad, budget_s=0.1), None)
     assert isinstance(failed, TorchTimingResult) and failed.eager is None
     assert "torch eager failed" in failed.note
+
+
+@pytest.mark.gpu
+def test_an_oracle_that_is_a_view_is_timed_writing_its_output(sandbox) -> None:  # type: ignore[no-untyped-def]
+    rows, cols = 4096, 6144
+    arguments = (
+        ArgumentPlan("src", "input", "float32", (rows, cols)),
+        ArgumentPlan("dst", "output", "float32", (cols, rows)),
+    )
+    problem = Problem("transpose", {"rows": rows, "cols": cols}, arguments, {}, {"dst": "src.T"},
+                      bytes_moved=8 * rows * cols)  # fmt: skip
+    result = sandbox._request(TimeTorchRequest(problem, budget_s=0.2), None)
+    assert isinstance(result, TorchTimingResult) and result.eager and result.compiled, result
+    # 200 MB read and written: no GPU does that in 20 µs; a view (no copy) takes about 10 µs.
+    assert result.eager.median_ms > 0.02 and result.compiled.median_ms > 0.02
+    assert "differs" not in result.note

@@ -17,7 +17,7 @@ from cuda_agent.agent.spec.model import (
 )
 from cuda_agent.agent.spec.parse import parse_specs
 from cuda_agent.agent.spec.render import render_spec
-from cuda_agent.agent.spec.resolve import complete_sizes, resolve
+from cuda_agent.agent.spec.resolve import complete_sizes, constant_size, resolve
 
 __all__ = [
     "DTYPES",
@@ -32,6 +32,7 @@ __all__ = [
     "ToleranceSpec",
     "canonical_dtype",
     "complete_sizes",
+    "constant_size",
     "dtype_of_c_type",
     "infer_spec",
     "parse_expression",

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 
 from cuda_agent.agent.spec.dtypes import INTEGER_RANGE, is_float
-from cuda_agent.agent.spec.expressions import ExpressionError, parse_expression
+from cuda_agent.agent.spec.expressions import ExpressionError, evaluate, parse_expression
 from cuda_agent.agent.spec.model import (
     ArgumentSpec,
     KernelSpec,
@@ -80,6 +80,18 @@ def complete_sizes(spec: KernelSpec, overrides: Mapping[str, int] | None = None)
         if sizes[name] < 1:
             raise _fail(spec, ("sizes", name), f"size {name} is {sizes[name]}; sizes must be ≥ 1")
     return sizes
+
+
+def constant_size(spec: KernelSpec, expression: str) -> int | None:
+    """The value of a size expression when it is the same at the benchmark and at every verify size (a
+    rewrite may then write it as a literal); None when it varies or does not evaluate."""
+    values = set()
+    for overrides in ({}, *spec.verify_sizes):
+        try:
+            values.add(evaluate(expression, complete_sizes(spec, overrides)))
+        except (ExpressionError, SpecResolveError, ArithmeticError):
+            return None
+    return values.pop() if len(values) == 1 else None
 
 
 def resolve(

@@ -29,7 +29,7 @@ from cuda_agent.agent.proposers.tree import (
     strip_parens,
     untemplated_kernel_tree,
 )
-from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.spec import LaunchSpec, constant_size
 from cuda_agent.agent.targets import KernelTarget
 
 PROPOSER = "idiom:histogram"
@@ -55,7 +55,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
     argument = target.spec.argument(bins)
     if kind not in _BIN_TYPES or argument is None or len(argument.shape) != 1:
         return []
-    count = _bin_count(tree, argument.shape[0])
+    count, assumed = _bin_count(tree, argument.shape[0])
     if count is None:
         return []
     launch = LaunchSpec(
@@ -73,23 +73,27 @@ def propose(target: KernelTarget) -> list[Candidate]:
             launch=launch,
             description="shared-memory privatised bins, merged with one global atomic per bin per block",
             proposer=PROPOSER,
-            assumptions=("every key is a valid bin, as the original's global atomics already require",),
+            assumptions=("every key is a valid bin, as the original's global atomics already require", *assumed),
         )
     ]
 
 
-def _bin_count(tree: KernelTree, shape: str) -> str | None:
-    """What the kernel can write for the number of bins: a literal, or a scalar parameter whose spec
-    value is the bins' shape."""
+def _bin_count(tree: KernelTree, shape: str) -> tuple[str | None, tuple[str, ...]]:
+    """What the kernel can write for the number of bins, and the assumption that adds: a literal; a scalar
+    parameter whose spec value is the bins' shape; or, for a kernel that never sees the count (it trusts
+    its keys), the spec's value when it is the same at every size, as a literal the user is told about."""
     if shape.strip().isdigit():
-        return shape.strip()
+        return shape.strip(), ()
     spec = tree.target.spec
     assert spec is not None
     for parameter in tree.target.kernel.parameters:
         argument = spec.argument(parameter.name)
         if argument and argument.role == "scalar" and str(argument.value).strip() == shape.strip():
-            return parameter.name
-    return None
+            return parameter.name, ()
+    value = constant_size(spec, shape)
+    if value is None:
+        return None, ()
+    return str(value), (f"{value} bins ({shape} = {value} at every size of the spec)",)
 
 
 def _body(tree: KernelTree, loop: ElementLoop, bins: str, kind: str, count: str, key: str) -> str:

@@ -11,6 +11,7 @@ from cuda_agent.agent.proposers.transforms.flags import propose_flags
 from cuda_agent.agent.proposers.transforms.grid_stride import propose_grid_stride
 from cuda_agent.agent.proposers.transforms.launch_bounds import propose_launch_bounds
 from cuda_agent.agent.proposers.transforms.restrict import propose_restrict
+from cuda_agent.agent.proposers.transforms.shared_padding import propose_shared_padding
 from cuda_agent.agent.proposers.transforms.unroll import propose_unroll
 from cuda_agent.agent.proposers.transforms.vectorize import propose_vectorize
 from cuda_agent.agent.targets import KernelTarget
@@ -18,6 +19,7 @@ from cuda_agent.agent.targets import KernelTarget
 # In the order the search tries them first: the likeliest large gains early.
 TRANSFORMS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     "vectorize": propose_vectorize,
+    "shared-padding": propose_shared_padding,
     "grid-stride": propose_grid_stride,
     "restrict": propose_restrict,
     "unroll": propose_unroll,
