@@ -18,7 +18,7 @@ block = [32, 8]
 grid = ["ceil_div(cols, block.x)", "ceil_div(rows, block.y)"]
 
 [verify]
-sizes = [{ rows = 333, cols = 1001 }]
+sizes = [{ rows = 333, cols = 1001 }, { rows = 7, cols = 1024 }]   # an odd width, and a narrow multiple of 8
 oracle = { y = "torch.relu(x + bias)" }
 
 [roofline]

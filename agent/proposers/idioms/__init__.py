@@ -12,6 +12,8 @@ from collections.abc import Callable
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.idioms import (
     atomic_reduction,
+    block_reduction,
+    block_scan,
     histogram,
     matmul,
     row_wise,
@@ -22,6 +24,8 @@ from cuda_agent.agent.targets import KernelTarget
 
 IDIOM_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     atomic_reduction.PROPOSER: atomic_reduction.propose,
+    block_reduction.PROPOSER: block_reduction.propose,
+    block_scan.PROPOSER: block_scan.propose,
     histogram.PROPOSER: histogram.propose,
     row_wise.PROPOSER: row_wise.propose,
     transpose.PROPOSER: transpose.propose,

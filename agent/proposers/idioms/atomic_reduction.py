@@ -16,8 +16,7 @@ from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.idioms._grid_stride import (
     ElementLoop,
     element_loop,
-    grid_stride_header,
-    loop_body,
+    unrolled_grid_stride,
 )
 from cuda_agent.agent.proposers.tree import (
     FULL_MASK,
@@ -49,28 +48,40 @@ IDENTITY = {
 def propose(target: KernelTarget) -> list[Candidate]:
     tree = untemplated_kernel_tree(target)
     loop = element_loop(tree) if tree is not None else None
-    if tree is None or loop is None or target.spec is None:
+    if tree is None or loop is None:
         return []
-    pointer = _single_address(tree, loop)
+    return one_atomic_per_block(tree, loop, PROPOSER)
+
+
+def one_atomic_per_block(
+    tree: KernelTree, loop: ElementLoop, proposer: str, *, slots: str | None = None
+) -> list[Candidate]:
+    """The loop's elements folded in a register, then per warp and per block, and one atomic per block to
+    the loop's address; none when the address is not one fixed element or the atomic has no identity for
+    its type. `slots` names the per-warp shared array (a block reduction reuses its own array's name)."""
+    spec = tree.target.spec
+    if spec is None:
+        return []
+    pointer = single_address(tree, loop)
     element = element_type(tree.parameter(pointer)) if pointer else None
     identity = IDENTITY.get(loop.function, {}).get(element or "")
     if element is None or identity is None:
         return []
-    launch = LaunchSpec(block=(BLOCK,), grid=(f"min({target.spec.launch.grid[0]}, {RESIDENT_BLOCKS})",))
+    launch = LaunchSpec(block=(BLOCK,), grid=(f"min({spec.launch.grid[0]}, {RESIDENT_BLOCKS})",))
     assumptions = ("the elements are combined in another order (float sums: within the spec's tolerance)",)
     return [
         build_candidate(
             tree,
-            body=_body(tree, loop, element, identity),
+            body=_body(tree, loop, element, identity, slots),
             launch=launch,
             description="grid-stride loop, warp-shuffle and block reduction, one atomic per block",
-            proposer=PROPOSER,
+            proposer=proposer,
             assumptions=assumptions if loop.function == "atomicAdd" else (),
         )
     ]
 
 
-def _single_address(tree: KernelTree, loop: ElementLoop) -> str | None:
+def single_address(tree: KernelTree, loop: ElementLoop) -> str | None:
     """`p` for `p` or `&p[0]`: the atomic always hits the same element of a pointer parameter."""
     address = strip_parens(loop.address)
     if address.type == "pointer_expression":
@@ -88,8 +99,10 @@ def _single_address(tree: KernelTree, loop: ElementLoop) -> str | None:
     return tree.text(address) if not identifiers(loop.address) - {tree.text(address)} else None
 
 
-def _body(tree: KernelTree, loop: ElementLoop, element: str, identity: str) -> str:
-    n = local_names(tree, "acc", "partial", "lane", "warp", "offset")
+def _body(tree: KernelTree, loop: ElementLoop, element: str, identity: str, slots: str | None) -> str:
+    n = local_names(tree, "acc", "partial", "lane", "warp", "offset", "first", "stride", "k")
+    if slots is not None:
+        n["partial"] = slots
     acc = n["acc"]
     value = tree.text(loop.value)
     if loop.function == "atomicAdd":
@@ -105,9 +118,7 @@ def _body(tree: KernelTree, loop: ElementLoop, element: str, identity: str) -> s
     return f"""{{
     // Each thread folds its elements into a register; the block combines them and adds once.
     {element} {acc} = {identity};
-    {grid_stride_header(loop)} {{
-{loop_body(tree, loop, fold, "        ")}
-    }}
+    {unrolled_grid_stride(tree, loop, fold, n)}
 
     // Warp, then block: lane 0 of each warp leaves its partial in shared memory; warp 0 combines them.
     __shared__ {element} {n["partial"]}[32];

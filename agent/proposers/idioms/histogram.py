@@ -73,7 +73,10 @@ def propose(target: KernelTarget) -> list[Candidate]:
             launch=launch,
             description="shared-memory privatised bins, merged with one global atomic per bin per block",
             proposer=PROPOSER,
-            assumptions=("every key is a valid bin, as the original's global atomics already require", *assumed),
+            assumptions=(
+                "every key is a valid bin, as the original's global atomics already require",
+                *assumed,
+            ),
         )
     ]
 

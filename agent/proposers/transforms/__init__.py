@@ -14,11 +14,13 @@ from cuda_agent.agent.proposers.transforms.restrict import propose_restrict
 from cuda_agent.agent.proposers.transforms.shared_padding import propose_shared_padding
 from cuda_agent.agent.proposers.transforms.unroll import propose_unroll
 from cuda_agent.agent.proposers.transforms.vectorize import propose_vectorize
+from cuda_agent.agent.proposers.transforms.vectorize_rows import propose_vectorize_rows
 from cuda_agent.agent.targets import KernelTarget
 
 # In the order the search tries them first: the likeliest large gains early.
 TRANSFORMS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     "vectorize": propose_vectorize,
+    "vectorize-rows": propose_vectorize_rows,
     "shared-padding": propose_shared_padding,
     "grid-stride": propose_grid_stride,
     "restrict": propose_restrict,

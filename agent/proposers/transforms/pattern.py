@@ -59,7 +59,7 @@ def thread_per_element(tree: KernelTree) -> ThreadPerElement | None:
         if found is None:
             return None
         condition, bound, body, early_return = found
-        if all(s.type == "comment" for s in body) or not all(_self_contained(tree, s, index) for s in body):
+        if all(s.type == "comment" for s in body) or not all(self_contained(tree, s, index) for s in body):
             return None
         end = guard.end_byte if not early_return else body[-1].end_byte
         return ThreadPerElement(
@@ -122,7 +122,7 @@ def _is_return(node: Node) -> bool:
     return node.type == "return_statement" and node.named_child_count == 0
 
 
-def _self_contained(tree: KernelTree, statement: Node, index: str) -> bool:
+def self_contained(tree: KernelTree, statement: Node, index: str) -> bool:
     """Whether the statement computes element `index` without thread identity, barriers, shared memory,
     early exits or writes to the index (each would change meaning in a loop or with more elements)."""
     if mentions(tree, statement, THREAD_BUILTINS | {"__syncthreads", "__syncwarp"}):

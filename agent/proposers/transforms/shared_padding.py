@@ -69,7 +69,11 @@ def _row_index(use: Node) -> Node | None:
     if inner is None or inner.type != "subscript_expression" or inner.child_by_field_name("argument") != use:
         return None
     outer = inner.parent
-    if outer is None or outer.type != "subscript_expression" or outer.child_by_field_name("argument") != inner:
+    if (
+        outer is None
+        or outer.type != "subscript_expression"
+        or outer.child_by_field_name("argument") != inner
+    ):
         return None
     if outer.parent is not None and outer.parent.type == "subscript_expression":
         return None  # a third dimension

@@ -8,7 +8,7 @@ the same element type and is only ever read or written at `p[i]`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cuda_agent.agent.candidates import Candidate
@@ -27,6 +27,10 @@ from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
 PROPOSER = "vectorize"
+
+
+# A node's text in a rewritten statement (its subtree is then not visited), or None to keep it.
+Substitution = Callable[[Node], str | None]
 
 
 @dataclass(frozen=True)
@@ -93,21 +97,23 @@ def _accesses(tree: KernelTree, match: ThreadPerElement) -> tuple[set[str], set[
         indices = subscript.child_by_field_name("indices")
         if indices is None or "".join(tree.text(indices).split()) != f"[{match.index}]":
             return None
-        written = _written(subscript)
+        written = subscript_written(subscript)
         if written is None:
             return None
         if written:
             stored.add(name)
         # A compound assignment (`y[i] += ...`) reads too; so does a write under a condition, since
         # the vector store writes every lane and must write back what the kernel left unchanged.
-        if not written or _compound(subscript) or not _top_level(subscript, match):
+        if not written or compound_assignment(subscript) or not _top_level(subscript, match):
             loaded.add(name)
     if not stored:
         return None
     return loaded, stored
 
 
-def _written(subscript: Node) -> bool | None:
+def subscript_written(subscript: Node) -> bool | None:
+    """Whether `p[...]` is assigned to (`=` or a compound assignment), or only read; None for `p[...]++`
+    and `&p[...]`, which no vectorization handles."""
     parent = subscript.parent
     if parent is None:
         return None
@@ -118,7 +124,8 @@ def _written(subscript: Node) -> bool | None:
     return False
 
 
-def _compound(subscript: Node) -> bool:
+def compound_assignment(subscript: Node) -> bool:
+    """Whether an assigned `p[...]` is also read by its assignment (`p[...] += v`)."""
     operator = subscript.parent.child_by_field_name("operator") if subscript.parent else None
     return operator is not None and operator.type != "="
 
@@ -156,16 +163,16 @@ def _edits(
         member = vector.lanes[lane]
         lane_index = i if lane == 0 else f"({i} + {lane})"
         depth = inner + unit if scoped else inner
-        body = _rendered(
-            tree, match, depth, lambda p, m=member: f"{names[p]}.{m}", lane_index, comments=lane == 0
-        )
+        element = _lane(tree, match, lambda p, m=member: f"{names[p]}.{m}", lane_index)
+        body = rendered_statements(tree, match.statements, depth, element, comments=lane == 0)
         lines += [f"{inner}{{", *body, f"{inner}}}"] if scoped else body
     for p in order:
         if p in stored:
             lines.append(f"{inner}*reinterpret_cast<{vec}*>({p} + {i}) = {names[p]};")
     lines.append(f"{indent}}} else {{  // the last elements, or buffers not aligned for {vec}")
     lines.append(f"{inner}for ({match.index_type} {k} = {i}; {k} < {n} && {k} < {i} + {width}; ++{k}) {{")
-    lines += _rendered(tree, match, inner + unit, lambda p: f"{p}[{k}]", k, comments=True)
+    tail = _lane(tree, match, lambda p: f"{p}[{k}]", k)
+    lines += rendered_statements(tree, match.statements, inner + unit, tail, comments=True)
     lines += [f"{inner}}}", f"{indent}}}"]
     line_end = tree.data.find(b"\n", match.declaration.end_byte)
     line_end = len(tree.data) if line_end == -1 else line_end
@@ -186,47 +193,13 @@ def _edits(
     ]
 
 
-def _rendered(
-    tree: KernelTree,
-    match: ThreadPerElement,
-    new_indent: str,
-    element: Callable[[str], str],
-    index_text: str,
-    comments: bool,
-) -> list[str]:
-    """The work's statements rewritten for one lane (or the tail), one entry per statement; a comment
-    that ended a statement's line stays at the end of that line."""
-    rendered: list[str] = []
-    previous_row = -1
-    for statement in match.statements:
-        if statement.type == "comment":
-            if not comments:
-                continue
-            if rendered and statement.start_point.row == previous_row:
-                gap = statement.start_byte - statement.prev_sibling.end_byte if statement.prev_sibling else 1
-                rendered[-1] += " " * gap + tree.text(statement)
-                continue
-        rendered.append(_rewritten(tree, statement, match, new_indent, element, index_text))
-        previous_row = statement.end_point.row
-    return rendered
-
-
-def _rewritten(
-    tree: KernelTree,
-    statement: Node,
-    match: ThreadPerElement,
-    new_indent: str,
-    element: Callable[[str], str],
-    index_text: str,
-) -> str:
-    """One statement of the work at `new_indent`, with `p[i]` replaced by `element(p)` and any other use
-    of the index by `index_text`."""
+def _lane(
+    tree: KernelTree, match: ThreadPerElement, element: Callable[[str], str], index_text: str
+) -> Substitution:
+    """`p[i]` -> `element(p)`, any other use of the index -> `index_text`."""
     pointers = {p.name for p in tree.target.kernel.parameters if p.is_pointer}
-    edits: list[Edit] = []
-    inside_subscript = -1
-    for node in walk_with_comments(statement):
-        if node.start_byte < inside_subscript:
-            continue
+
+    def substitute(node: Node) -> str | None:
         if node.type == "subscript_expression":
             argument = node.child_by_field_name("argument")
             indices = node.child_by_field_name("indices")
@@ -236,11 +209,49 @@ def _rewritten(
                 and tree.text(argument) in pointers
                 and "".join(tree.text(indices).split()) == f"[{match.index}]"
             ):
-                edits.append((node.start_byte, node.end_byte, element(tree.text(argument))))
-                inside_subscript = node.end_byte
-                continue
+                return element(tree.text(argument))
         if node.type == "identifier" and tree.text(node) == match.index and index_text != match.index:
-            edits.append((node.start_byte, node.end_byte, index_text))
+            return index_text
+        return None
+
+    return substitute
+
+
+def rendered_statements(
+    tree: KernelTree,
+    statements: Sequence[Node],
+    new_indent: str,
+    substitute: Substitution,
+    comments: bool,
+) -> list[str]:
+    """The statements rewritten at `new_indent`, one entry per statement. Comments among them are kept
+    when `comments` is set: one that ended a statement's line stays at the end of that line."""
+    rendered: list[str] = []
+    previous_row = -1
+    for statement in statements:
+        if statement.type == "comment":
+            if not comments:
+                continue
+            if rendered and statement.start_point.row == previous_row:
+                gap = statement.start_byte - statement.prev_sibling.end_byte if statement.prev_sibling else 1
+                rendered[-1] += " " * gap + tree.text(statement)
+                continue
+        rendered.append(rewritten_statement(tree, statement, new_indent, substitute))
+        previous_row = statement.end_point.row
+    return rendered
+
+
+def rewritten_statement(tree: KernelTree, statement: Node, new_indent: str, substitute: Substitution) -> str:
+    """One statement at `new_indent`, with every node `substitute` gives a text for replaced by it."""
+    edits: list[Edit] = []
+    inside = -1
+    for node in walk_with_comments(statement):
+        if node.start_byte < inside:
+            continue
+        text = substitute(node)
+        if text is not None:
+            edits.append((node.start_byte, node.end_byte, text))
+            inside = node.end_byte
     data = tree.data[statement.start_byte : statement.end_byte]
     for start, end, text in sorted(edits, key=lambda e: e[0], reverse=True):
         data = data[: start - statement.start_byte] + text.encode() + data[end - statement.start_byte :]
