@@ -1,4 +1,5 @@
-"""The stencil idiom on CPU: 1-D convolutions and 2-D point stencils become shared-memory tiles with halos.
+"""The stencil idiom on CPU: 1-D convolutions and 2-D point stencils become shared-memory tiles with halos,
+plain convolutions also several outputs a thread from a sliding register window.
 
 Every candidate compiles with NVRTC, re-reads with the launch it brings (written into the file's spec)
 and resolves at the benchmark and verify sizes; the GPU verifier proves the results next.
@@ -6,11 +7,14 @@ and resolves at the benchmark and verify sizes; the GPU verifier proves the resu
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
+from cuda_agent.agent.proposers.idioms.stencil import OUTPUTS_PER_THREAD
 from cuda_agent.agent.rewrite import with_launch
 from cuda_agent.agent.spec import complete_sizes, resolve
 from cuda_agent.agent.targets import KernelTarget, load_targets
@@ -46,11 +50,34 @@ def _one(target: KernelTarget) -> Candidate:
 # -- 1-D convolution -----------------------------------------------------------------------------------
 
 
+def _tile_and_blocked(target: KernelTarget) -> tuple[Candidate, list[Candidate]]:
+    """The tile candidate and the register-blocked ones, all compiled, applied and resolved."""
+    _check(target, "idiom:stencil")
+    tile, *blocked = propose(target)
+    assert tile.description.startswith("shared-memory tile with halo")
+    assert [c.description.split()[0] for c in blocked] == [str(r) for r in OUTPUTS_PER_THREAD]
+    for candidate in [tile, *blocked]:
+        _applied(target, candidate)
+    return tile, blocked
+
+
+def _covers(target: KernelTarget, candidate: Candidate, outputs: int, count: str) -> None:
+    """At every size the spec runs, the grid's threads own all `count` outputs, `outputs` each."""
+    spec = target.spec
+    assert spec is not None and candidate.launch is not None
+    launched = replace(spec, launch=candidate.launch)
+    for sizes in [spec.sizes, *(complete_sizes(spec, s) for s in spec.verify_sizes)]:
+        _, plan = resolve(launched, sizes)
+        threads = plan.grid[0] * plan.block[0]
+        assert threads * outputs >= sizes[count] > (threads - plan.block[0]) * outputs, (sizes, plan)
+        assert plan.shared_bytes <= 48 * 1024
+
+
 @needs_compiler
 def test_bench_conv1d_reads_its_window_from_shared_memory() -> None:
     target = load_targets(ROOT / "bench" / "kernels" / "conv1d.cu").find("conv1d")
     assert target is not None
-    candidate = _one(target)
+    candidate, _ = _tile_and_blocked(target)
     assert candidate.description == "shared-memory tile with halo for the 31-tap window"
     assert candidate.launch is not None and candidate.launch.block == (256,)
     assert candidate.launch.grid == ("ceil_div(m, block.x)",)
@@ -59,6 +86,47 @@ def test_bench_conv1d_reads_its_window_from_shared_memory() -> None:
     assert "acc += tile[threadIdx.x + k] * w[k];" in source and "x[i + k]" not in source
     assert "if (first + max(s - (taps - 1), 0) < m) tile[s] = x[first + s];" in source
     assert source.index("__syncthreads();") < source.index("if (i < m)")
+
+
+@needs_compiler
+def test_bench_conv1d_computes_several_outputs_a_thread_from_a_sliding_window() -> None:
+    target = load_targets(ROOT / "bench" / "kernels" / "conv1d.cu").find("conv1d")
+    assert target is not None
+    _, blocked = _tile_and_blocked(target)
+    for outputs, candidate in zip(OUTPUTS_PER_THREAD, blocked, strict=True):
+        # Thread t reads tile[outputs * t + ...]: distinct banks for the 32 threads of a warp.
+        assert math.gcd(outputs, 32) == 1
+        assert candidate.description == (
+            f"{outputs} outputs a thread from a sliding register window over a shared-memory tile, "
+            "for the 31-tap window"
+        )
+        assert candidate.launch is not None and candidate.launch.block == (256,)
+        assert candidate.launch.grid == (f"ceil_div(m, {outputs} * block.x)",)
+        assert candidate.launch.shared_bytes == f"({2 * outputs} * block.x + (taps) - 1) * 4"
+        _covers(target, candidate, outputs, "m")  # n = 40, taps = 7: 34 outputs, one block
+        source, last = candidate.source, outputs - 1
+        for line in [
+            f"int i = {outputs} * (blockIdx.x * blockDim.x + threadIdx.x);",
+            f"const int first = {outputs} * blockIdx.x * blockDim.x;  // the block's first output",
+            "if (s < slots && first + max(s - (taps - 1), 0) < m) tile[s] = x[first + s];",
+            "if (i < m) {",
+            f"for (int r = 0; r < {outputs}; ++r) acc[r] = 0.0f;",
+            "for (int k = 0; k < taps; ++k) {",
+            f"for (int r = 0; r < {last}; ++r) window[r] = window[r + 1];",
+            f"window[{last}] = tile[{outputs} * threadIdx.x + k + {last}];",
+            f"for (int r = 0; r < {outputs}; ++r) acc[r] += window[r] * w[k];",
+            f"for (int r = 0; r < {outputs}; ++r) sums[{outputs} * threadIdx.x + r] = acc[r];",
+            "const int output = first + r * blockDim.x + threadIdx.x;",
+            "if (output >= m) break;  // outputs past the end are not written",
+            "float acc = sums[r * blockDim.x + threadIdx.x];",
+            "y[output] = acc;",
+        ]:
+            assert line in source, (line, source)
+        # Barriers outside the bounds check: every thread of the block reaches both.
+        guard, end = source.index("if (i < m) {"), source.index("y[output] = acc;")
+        first_barrier, second = source.index("__syncthreads();"), source.rindex("__syncthreads();")
+        assert first_barrier < guard < second < end and source.count("__syncthreads();") == 2
+        assert source[guard:second].count("{") == source[guard:second].count("}")
 
 
 CONV_SPEC = """/* cuda-agent
@@ -128,9 +196,161 @@ def test_convolutions_with_other_names_and_boundaries(
     x: str, w: str, y: str, n: str, taps: str, kernel: str, expected: str
 ) -> None:
     target = _target(CONV_SPEC.format(x=x, w=w, y=y, n=n, taps=taps) + kernel, "k")
-    candidate = _one(target)
+    candidate = _one(target)  # clamped, conditional or flipped reads: the tile alone
     assert expected in candidate.source, candidate.source
     assert candidate.launch is not None and candidate.launch.shared_bytes == "(block.x + (taps) - 1) * 4"
+
+
+PLAIN = [
+    # an early return, other names, an offset through a local, a loop local, finished with a bias
+    ("""/* cuda-agent
+[sizes]
+n = 100_000
+taps = 15
+m = "n - taps"
+[args]
+in = { role = "input", dtype = "float32", shape = ["n"] }
+filt = { role = "input", dtype = "float32", shape = ["taps"] }
+bias = { role = "input", dtype = "float32", shape = ["m"] }
+out = { role = "output", dtype = "float32", shape = ["m"] }
+len = { role = "scalar", dtype = "int32", value = "n" }
+width = { role = "scalar", dtype = "int32", value = "taps" }
+[launch]
+block = [128]
+grid = ["ceil_div(m, block.x)"]
+[verify]
+sizes = [{ n = 40, taps = 7 }, { n = 2, taps = 1 }]
+*/
+__global__ void k(const float* __restrict__ in, const float* __restrict__ filt, const float* bias,
+                  float* __restrict__ out, int len, int width) {
+  const int idx = threadIdx.x + blockDim.x * blockIdx.x;
+  if (idx >= len - width) return;
+  const int shift = 1;
+  float sum = 0.f;
+  for (int t = 0; t < width; t++) {
+    const float v = in[idx + t + shift];  // one tap
+    sum += filt[t] * v;
+  }
+  sum += bias[idx];
+  out[idx] = sum > 0.f ? sum : 0.f;
+}""", "m", [
+        "const int idx = {r} * (threadIdx.x + blockDim.x * blockIdx.x);",
+        "if (s < slots && first + max(s - (width - 1), 0) < (len - width)) tile[s] = in[first + s + shift];",
+        "  if (idx < (len - width)) {",
+        "        const float v = window[r];  // one tap",
+        "        sum[r] += filt[t] * v;",
+        "    float sum = sums[r * blockDim.x + threadIdx.x];",
+        "    sum += bias[output];",
+        "    out[output] = sum > 0.f ? sum : 0.f;",
+    ]),
+    # doubles, `acc = acc + ...`, a grid not written as ceil_div(outputs, block.x)
+    ("""/* cuda-agent
+[sizes]
+n = "1 << 20"
+taps = 9
+m = "n - taps + 1"
+[args]
+x = { role = "input", dtype = "float64", shape = ["n"] }
+w = { role = "input", dtype = "float64", shape = ["taps"] }
+y = { role = "output", dtype = "float64", shape = ["m"] }
+n = { role = "scalar", dtype = "int32", value = "n" }
+taps = { role = "scalar", dtype = "int32", value = "taps" }
+scale = { role = "scalar", dtype = "float64", value = 1.5 }
+[launch]
+block = [256]
+grid = ["(m + block.x - 1) // block.x"]
+[verify]
+sizes = [{ n = 100_003 }, { n = 40, taps = 7 }]
+*/
+__global__ void k(const double* x, const double* w, double* y, int n, int taps, double scale)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int m = n - taps + 1;
+    if (i >= m) return;
+    double acc = 0.0;
+    for (int k = 0; k < taps; ++k)
+        acc = acc + x[i + k] * w[k];
+    y[i] = acc * scale;
+}""", "m", [
+        "extern __shared__ double tile[];",
+        "for (int r = 0; r < {r}; ++r) acc[r] = acc[r] + window[r] * w[k];",
+        "double acc = sums[r * blockDim.x + threadIdx.x];",
+        "y[output] = acc * scale;",
+    ]),
+]  # fmt: skip
+
+
+@needs_compiler
+@pytest.mark.parametrize(("kernel", "count", "lines"), PLAIN)
+def test_plain_convolutions_also_get_several_outputs_a_thread(
+    kernel: str, count: str, lines: list[str]
+) -> None:
+    target = _target(kernel, "k")
+    _, blocked = _tile_and_blocked(target)
+    for outputs, candidate in zip(OUTPUTS_PER_THREAD, blocked, strict=True):
+        _covers(target, candidate, outputs, count)
+        for line in lines:
+            assert line.replace("{r}", str(outputs)) in candidate.source, (line, candidate.source)
+
+
+BENCH_SPEC = (ROOT / "bench" / "kernels" / "conv1d.cu").read_text().split("*/")[0] + "*/\n"
+
+
+@needs_compiler
+def test_the_bench_body_on_one_line_is_blocked_too() -> None:
+    body = (
+        "if (i < m) { float acc = 0.0f; for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k]; y[i] = acc; }"
+    )
+    kernel = (
+        "__global__ void conv1d(const float* x, const float* w, float* y, int n, int taps)\n{\n"
+        f"    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    int m = n - taps + 1;\n    {body}\n}}\n"
+    )
+    _, blocked = _tile_and_blocked(_target(BENCH_SPEC + kernel, "conv1d"))
+    for outputs, candidate in zip(OUTPUTS_PER_THREAD, blocked, strict=True):
+        # The generated statements each on a line of their own (a #pragma must start one).
+        assert f"for (int r = 0; r < {outputs}; ++r) acc[r] = 0.0f;\n" in candidate.source
+        assert f"        float window[{outputs}];" in candidate.source
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the sum kept in a wider type than the input
+        "double acc = 0.0; for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k]; y[i] = (float)acc;",
+        # i used in the loop beyond the read: the outputs of one thread would differ there
+        "float acc = 0.0f; for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k] * (i & 1); y[i] = acc;",
+        # two sums
+        """float acc = 0.0f; float norm = 0.0f;
+        for (int k = 0; k < taps; ++k) { acc += x[i + k] * w[k]; norm += w[k]; }
+        y[i] = acc / norm;""",
+        # the finishing code reads a local of the bounds check's block
+        "float acc = 0.0f; const float half = 0.5f; for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k]; "
+        "y[i] = acc * half;",
+        # the finishing code depends on the thread, or jumps
+        "float acc = 0.0f; for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k]; y[i] = acc + threadIdx.x;",
+        "float acc = 0.0f; for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k]; if (acc < 0) return; "
+        "y[i] = acc;",
+        # a warp collective in the loop: lanes would exchange other outputs' values
+        "float acc = 0.0f; for (int k = 0; k < taps; ++k) "
+        "acc += __shfl_xor_sync(0xffffffffu, x[i + k], 1) * w[k]; y[i] = acc;",
+        # the sum starts from i
+        "float acc = (float)i; for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k]; y[i] = acc;",
+        # a read under a condition: the tile loads under it, the sliding window does not
+        "float acc = 0.0f; for (int k = 0; k < taps; ++k) if (taps > 1) acc += x[i + k] * w[k]; y[i] = acc;",
+        # a clamped read
+        "float acc = 0.0f; for (int k = 0; k < taps; ++k) acc += x[min(i + k, n - 1)] * w[k]; y[i] = acc;",
+    ],
+)
+def test_other_convolutions_get_the_tile_alone(body: str) -> None:
+    kernel = (
+        "__global__ void conv1d(const float* x, const float* w, float* y, int n, int taps)\n{\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    int m = n - taps + 1;\n"
+        f"    if (i < m) {{\n        {body}\n    }}\n}}\n"
+    )
+    target = _target(BENCH_SPEC + kernel, "conv1d")
+    _check(target, "idiom:stencil")
+    assert [c.description for c in propose(target)] == ["shared-memory tile with halo for the 31-tap window"]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,25 @@ dynamic shared memory, then runs the user's loop unchanged but for `x[...]` -> `
 Slot s is loaded exactly as an in-range output reading it would read it: under the same conditions, at
 the same clamped index, and only when such an output exists, so no load goes where the original did not.
 
+1-D, register blocked (two more candidates, R = 5 and 9 outputs a thread): the tile alone leaves a
+convolution bound by its load instructions (a shared load and a weight load per multiply-add). Each thread
+then computes R consecutive outputs, i ... i + R - 1 (`i` is now the first of them), from a window of R
+inputs in registers that slides one element per tap: per tap one shared-memory load and the weight,
+then R multiply-adds (each output still sums its taps in the user's order). R is odd so that the 32
+threads of a warp, reading tile[R * threadIdx.x + ...], hit 32 distinct banks; owning outputs t + j *
+blockDim.x instead would be conflict-free for any R, but a thread's outputs would share no inputs: R
+shared loads per tap instead of one. The block loads its R * blockDim.x + taps - 1 inputs under the same
+conditions as the tile, R + 1 loads in flight a thread; the sums go through shared memory so that the
+statements finishing an output (`y[i] = acc;`) run with consecutive threads on consecutive outputs
+(stores R apart would move R times the sectors), and only for outputs in range. The grid shrinks
+R-fold. Offered only for the plain form: the read `x[i + k + offset]` directly in the loop,
+unconditional and unclamped (a clamped, conditional or flipped read gets the tile alone); the guarded
+code is declarations (none using `i`), then the loop, whose body writes one accumulator declared there
+with a value, of the input's type, and its own locals, uses `i` only in the read, and does nothing
+other threads could see; then the statements that finish the output (no jumps, no thread indices, no
+locals declared after the bounds check but their own). Nothing before the bounds check but the index
+uses `i`.
+
 2-D, recognised: a 2-D kernel (`col` from x, `row` from y, bounds-checked `row < rows && col < cols`)
 reading one input `u` only at `u[(row + dr) * cols + col + dc]` with |dr|, |dc| <= 1, each read off the
 centre under guards that keep it inside the grid (`row > 0 ? u[(row - 1) * cols + col] : 0.0f`). The
@@ -20,10 +39,12 @@ and the guards never read them) and the reads become tile reads; the rest is kep
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.tree import (
+    THREAD_BUILTINS,
     CountedLoop,
     Edit,
     KernelTree,
@@ -32,6 +53,7 @@ from cuda_agent.agent.proposers.tree import (
     build_candidate,
     calls,
     counted_loop,
+    declared_names,
     element_type,
     fits_shared_memory,
     guarded_region,
@@ -42,7 +64,9 @@ from cuda_agent.agent.proposers.tree import (
     line_indent,
     linear_form,
     local_names,
+    mentions,
     operands,
+    reindent,
     single_declaration,
     size_expression,
     statements,
@@ -52,8 +76,8 @@ from cuda_agent.agent.proposers.tree import (
     walk,
     writes,
 )
-from cuda_agent.agent.spec import LaunchSpec
-from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
+from cuda_agent.agent.spec import LaunchSpec, SpecResolveError, complete_sizes
+from cuda_agent.agent.spec.expressions import ExpressionError, evaluate, parse_expression
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -64,6 +88,14 @@ _INDEX_TYPES = frozenset({"int", "long", "long long", "int64_t", "ptrdiff_t"})
 _JUMPS = ("return_statement", "break_statement", "continue_statement", "goto_statement")
 _PURE_CALLS = frozenset({"min", "max", "abs"})
 _OPERATORS = frozenset({"binary_expression", "unary_expression", "parenthesized_expression"})
+# Outputs per thread of the register-blocked 1-D candidates: odd, so that thread t's reads of
+# tile[t * R + ...] fall in distinct banks (a power of two would be an R-way bank conflict).
+OUTPUTS_PER_THREAD = (5, 9)
+# Calls (by prefix) with effects beyond the output's own value: atomics, warp or block collectives, output.
+_SHARED_EFFECTS = (
+    *("atomic", "__sync", "__shfl", "__ballot", "__any", "__all", "__activemask", "__match", "__reduce"),
+    "printf",
+)
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -172,10 +204,7 @@ class _AtSlot:
         edits: list[Edit] = []
         if not self._collect(node, edits, used):
             return None
-        text = self.tree.data[node.start_byte : node.end_byte]
-        for begin, end, new in sorted(edits, reverse=True):
-            text = text[: begin - node.start_byte] + new.encode("utf-8") + text[end - node.start_byte :]
-        return text.decode("utf-8")
+        return _edited(self.tree, node.start_byte, node.end_byte, edits)
 
     def _collect(self, node: Node, edits: list[Edit], used: set[str]) -> bool:
         shift = self._shift(node)
@@ -377,22 +406,43 @@ def _conv1d_candidate(tree: KernelTree, window: _Window) -> list[Candidate]:
     if taps_size is None:
         return []
     size = _SIZES[window.element]
-    launch = replace(spec.launch, shared_bytes=f"(block.x + {taps_size} - 1) * {size}")
-    if not fits_shared_memory(tree.target, launch):
-        return []
     try:
         count = f"{evaluate(taps_size, spec.sizes)}-tap"
     except ExpressionError:
         count = "taps"
-    return [
-        build_candidate(
-            tree,
-            body=_conv1d_body(tree, window),
-            launch=launch,
-            description=f"shared-memory tile with halo for the {count} window",
-            proposer=PROPOSER,
+    found: list[Candidate] = []
+    launch = replace(spec.launch, shared_bytes=f"(block.x + {taps_size} - 1) * {size}")
+    if fits_shared_memory(tree.target, launch):
+        found.append(
+            build_candidate(
+                tree,
+                body=_conv1d_body(tree, window),
+                launch=launch,
+                description=f"shared-memory tile with halo for the {count} window",
+                proposer=PROPOSER,
+            )
         )
-    ]
+    blocked = _blocked(tree, window)
+    if blocked is None or not _never_negative(tree, taps_size):
+        return found
+    for outputs in OUTPUTS_PER_THREAD:
+        launch = replace(
+            spec.launch,
+            grid=(_blocked_grid(tree, spec.launch.grid[0], outputs),),
+            shared_bytes=f"({2 * outputs} * block.x + {taps_size} - 1) * {size}",  # tile, sums
+        )
+        if fits_shared_memory(tree.target, launch):
+            found.append(
+                build_candidate(
+                    tree,
+                    body=_blocked_body(tree, window, blocked, outputs),
+                    launch=launch,
+                    description=f"{outputs} outputs a thread from a sliding register window over a "
+                    f"shared-memory tile, for the {count} window",
+                    proposer=PROPOSER,
+                )
+            )
+    return found
 
 
 def _conv1d_body(tree: KernelTree, w: _Window) -> str:
@@ -424,6 +474,257 @@ def _conv1d_body(tree: KernelTree, w: _Window) -> str:
         (w.read.start_byte, w.read.end_byte, f"{tile}[{slot}]"),
     ]
     return apply_to_body(tree, edits)
+
+
+# -- 1-D: register blocking ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Blocked:
+    """The plain convolution register blocking rewrites: what it needs beyond the tile's window."""
+
+    first_output: Node  # the index's value (`blockIdx.x * blockDim.x + threadIdx.x`), to scale by R
+    accumulator: str
+    declaration: Node  # `float acc = 0.0f;`
+    kind: str  # its type, the input's
+    initial: Node  # its value
+    before: list[Node]  # the guarded statements before the loop, its declaration among them
+    after: list[Node]  # the statements that finish one output
+    header: str  # `if (i < m) `: the bounds check, as written or (for an early return) turned around
+    end: int  # the end of the guarded code: the if's closing brace, or the kernel's last statement
+
+
+def _blocked(tree: KernelTree, w: _Window) -> _Blocked | None:
+    """The convolution in the plain form the module docstring describes, or None."""
+    guarded = guarded_region(tree)
+    parts = subscript_parts(w.read)
+    consequence = w.guard.child_by_field_name("consequence")
+    if guarded is None or parts is None or consequence is None or w.sign != 1 or w.conditions:
+        return None
+    index, loop, k = w.index, w.loop, w.loop.variable
+    position = next(
+        (p for p, s in enumerate(guarded.statements) if s.start_byte == loop.node.start_byte), None
+    )
+    if not position:
+        return None  # no declarations before the loop: no accumulator
+    before, after = guarded.statements[:position], guarded.statements[position + 1 :]
+    body_locals, after_locals = declared_names(loop.body, tree), _declared_in(tree, after)
+    # The read is x[i + k + offset] itself: not clamped, the offset free of i, k and the loop's locals.
+    terms = _signed_terms(parts[1], 1)
+    mine = [(sign, t) for sign, t in terms if t.type == "identifier" and tree.text(t) in (index, k)]
+    others = [t for _, t in terms if all(t != m for _, m in mine)]
+    if sorted((sign, tree.text(t)) for sign, t in mine) != sorted([(1, index), (1, k)]):
+        return None
+    if set().union(*(identifiers(t) for t in others)) & ({index, k} | body_locals):
+        return None
+    # The loop body runs for every output a thread owns, in range or not, and must not see which: it
+    # writes one accumulator (of the input's type) and its own locals, and uses i only in the read.
+    targets = writes(loop.body, tree)
+    if any(t.type != "identifier" for t in targets) or len(_occurrences_in(tree, loop.body, index)) != 1:
+        return None
+    written = {tree.text(t) for t in targets} - body_locals
+    declarations = [single_declaration(s, tree) for s in before]
+    if len(written) != 1 or any(d is None or d[2] is None for d in declarations):
+        return None
+    if any(mentions(tree, s, {index} | THREAD_BUILTINS) for s in before):
+        return None
+    (accumulator,) = written
+    pairs = zip(before, declarations, strict=True)
+    found = [(s, d) for s, d in pairs if d is not None and d[1] == accumulator]
+    if len(found) != 1:
+        return None
+    declaration, (kind, _, initial) = found[0]
+    if kind != w.element or initial is None:
+        return None
+    # What finishes an output runs after the bounds check's block, once per output: it sees the
+    # accumulator, i and what was declared before the bounds check, and writes only its own locals.
+    before_locals = {d[1] for d in declarations if d is not None} - {accumulator}
+    after_writes = {tree.text(t) for s in after for t in writes(s, tree) if t.type == "identifier"}
+    if not after or (body_locals | after_locals) & {accumulator, index}:
+        return None
+    if any(mentions(tree, s, before_locals) or has_any(s, _JUMPS) for s in after):
+        return None
+    if after_writes - after_locals - {accumulator}:
+        return None
+    if any(_acts_across_threads(tree, node) for node in [loop.body, *after]):
+        return None
+    index_declaration = index_variables(tree.body)[index][1]
+    for statement in guarded.prefix:
+        if statement.start_byte != index_declaration.start_byte and mentions(
+            tree, statement, {index} | THREAD_BUILTINS
+        ):
+            return None
+    declared = single_declaration(index_declaration, tree)
+    if declared is None or declared[2] is None:
+        return None
+    if [s.type for s in statements(consequence)] == ["return_statement"]:
+        bound = w.bound if w.bound.isidentifier() else f"({w.bound})"
+        header, end = f"if ({index} < {bound}) ", after[-1].end_byte
+    else:
+        header = tree.data[w.guard.start_byte : consequence.start_byte].decode("utf-8")
+        end = w.guard.end_byte
+    return _Blocked(declared[2], accumulator, declaration, kind, initial, before, after, header, end)
+
+
+def _declared_in(tree: KernelTree, nodes: list[Node]) -> set[str]:
+    return set().union(*(declared_names(n, tree) for n in nodes))
+
+
+def _occurrences_in(tree: KernelTree, node: Node, name: str) -> list[Node]:
+    return [n for n in walk(node) if n.type == "identifier" and tree.text(n) == name]
+
+
+def _acts_across_threads(tree: KernelTree, node: Node) -> bool:
+    """Thread indices, warp or block collectives, atomics, printf or asm: code that would see (or be
+    seen by) the other outputs a thread now computes."""
+    if mentions(tree, node, THREAD_BUILTINS) or any("asm" in n.type for n in walk(node)):
+        return True
+    called = [
+        tree.text(f)
+        for c in walk(node)
+        if c.type == "call_expression" and (f := c.child_by_field_name("function")) is not None
+    ]
+    return any(name.startswith(_SHARED_EFFECTS) for name in called)
+
+
+def _never_negative(tree: KernelTree, taps_size: str) -> bool:
+    """Whether the tap count is >= 0 at every size the spec runs (the register window's first loads
+    stay inside the tile only then)."""
+    spec = tree.target.spec
+    assert spec is not None
+    try:
+        points = [spec.sizes, *(complete_sizes(spec, s) for s in spec.verify_sizes)]
+        return all(evaluate(taps_size, point) >= 0 for point in points)
+    except (ExpressionError, SpecResolveError):
+        return False
+
+
+def _blocked_grid(tree: KernelTree, grid: str, outputs: int) -> str:
+    """The grid for `outputs` outputs a thread: `ceil_div(m, block.x)` -> `ceil_div(m, 5 * block.x)`, any
+    other grid g -> `ceil_div(g, 5)` (the same count: ceil(ceil(m / b) / R) = ceil(m / (R * b)))."""
+    spec = tree.target.spec
+    assert spec is not None
+    try:
+        call = parse_expression(grid, spec.sizes.keys(), allow_block=True).tree
+    except ExpressionError:
+        return f"ceil_div({grid}, {outputs})"
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id in ("ceil_div", "cdiv")
+        and len(call.args) == 2
+        and ast.unparse(call.args[1]) == "block.x"
+    ):
+        count = ast.get_source_segment(grid.strip(), call.args[0])
+        if count is not None:
+            return f"{call.func.id}({count}, {outputs} * block.x)"
+    return f"ceil_div({grid}, {outputs})"
+
+
+def _blocked_body(tree: KernelTree, w: _Window, b: _Blocked, outputs: int) -> str:
+    n = w.names | local_names(tree, "slots", "sums", "chunk", "r", "window", "output")
+    taps, tile, first, s, k = n["taps"], n["tile"], n["first"], n["s"], w.loop.variable
+    slots, sums, chunk, r, window = n["slots"], n["sums"], n["chunk"], n["r"], n["window"]
+    output, i, acc = n["output"], w.index, b.accumulator
+    bound = w.bound if w.bound.isidentifier() else f"({w.bound})"
+    pad, unit = line_indent(tree, w.guard), tree.indent_unit()
+    inner, last, loads = pad + unit, outputs - 1, outputs + 1
+    loader = [
+        f"// Each thread computes {outputs} consecutive outputs, {i} ... {i} + {last}, from {outputs} inputs "
+        "in registers that slide",
+        f"// by one element per tap: one shared-memory load and one weight per {outputs} multiply-adds. "
+        "The block's",
+        f"// {outputs} * blockDim.x outputs read {outputs} * blockDim.x + {taps} - 1 inputs (the halo "
+        "included), each loaded",
+        f"// once here, {loads} loads in flight a thread. Slot {s} is loaded only if an output in range "
+        "reads it",
+        f"// (outputs {first} + {s} - {taps} + 1 ... {first} + {s}), and exactly as that output reads it.",
+        f"extern __shared__ {w.element} {tile}[];",
+        f"const int {first} = {outputs} * blockIdx.x * blockDim.x;  // the block's first output",
+        f"const int {slots} = {outputs} * (int)blockDim.x + {taps} - 1;",
+        f"{w.element}* {sums} = {tile} + {slots};  // then the block's {outputs} * blockDim.x results",
+        f"for (int {chunk} = 0; {chunk} < {slots}; {chunk} += {loads} * blockDim.x) {{",
+        f"{unit}#pragma unroll",
+        f"{unit}for (int {r} = 0; {r} < {loads}; ++{r}) {{",
+        f"{unit * 2}const int {s} = {chunk} + {r} * blockDim.x + threadIdx.x;",
+        *(f"{unit * 2}{kind} {name} = {value};" for kind, name, value in w.locals),
+        f"{unit * 2}if ({s} < {slots} && {first} + max({s} - ({taps} - 1), 0) < {bound}) "
+        f"{tile}[{s}] = {w.source}[{w.address}];",
+        f"{unit}}}",
+        "}",
+        "__syncthreads();",
+        "",
+    ]
+    # In the bounds check: the accumulator becomes one per output, the loop slides a window.
+    declaration = [
+        f"{b.kind} {acc}[{outputs}];  // {acc}[{r}]: output {i} + {r}",
+        "#pragma unroll",
+        f"for (int {r} = 0; {r} < {outputs}; ++{r}) {acc}[{r}] = {tree.text(b.initial)};",
+    ]
+    loop, loop_pad = w.loop, line_indent(tree, w.loop.node)
+    per_output = [(n.start_byte, n.end_byte, f"{acc}[{r}]") for n in _occurrences_in(tree, loop.body, acc)]
+    read = (w.read.start_byte, w.read.end_byte, f"{window}[{r}]")
+    body = _edited(tree, loop.body.start_byte, loop.body.end_byte, [read, *per_output])
+    body = reindent(body, loop_pad, loop_pad + unit)[len(loop_pad + unit) :]
+    header = tree.data[loop.node.start_byte : loop.body.start_byte].decode("utf-8").rstrip()
+    slot = f"{outputs} * threadIdx.x"  # the slot of the thread's first output
+    sliding = [
+        f"{w.element} {window}[{outputs}];  // {window}[{r}]: {tree.text(w.read)} for output {i} + {r}",
+        "#pragma unroll",
+        f"for (int {r} = 1; {r} < {outputs}; ++{r}) {window}[{r}] = {tile}[{slot} + {r} - 1];",
+        f"{header} {{",
+        f"{unit}#pragma unroll",
+        f"{unit}for (int {r} = 0; {r} < {last}; ++{r}) {window}[{r}] = {window}[{r} + 1];",
+        f"{unit}{window}[{last}] = {tile}[{slot} + {k} + {last}];",
+        f"{unit}#pragma unroll",
+        f"{unit}for (int {r} = 0; {r} < {outputs}; ++{r}) {body}",
+        "}",
+    ]
+    edits: list[Edit] = []
+    for node, lines in ((b.declaration, declaration), (loop.node, sliding)):
+        at = line_indent(tree, node)  # on a line of its own, even where the user's shared one
+        alone = tree.starts_line(node) or node.start_byte == b.before[0].start_byte
+        text = _lines(at, lines) if alone else "\n" + at + _lines(at, lines)
+        edits.append((node.start_byte, node.end_byte, text))
+    computed = _edited(tree, b.before[0].start_byte, loop.node.end_byte, edits)
+    # What finishes an output, by consecutive threads for consecutive outputs (so the stores coalesce).
+    renamed = [(n.start_byte, n.end_byte, output) for a in b.after for n in _occurrences_in(tree, a, i)]
+    finish = _edited(tree, b.after[0].start_byte, b.after[-1].end_byte, renamed)
+    lines = [
+        *(pad + line if line else "" for line in loader),
+        f"{pad}{b.header}{{",
+        *(line.rstrip() for line in reindent(computed, line_indent(tree, b.before[0]), inner).split("\n")),
+        f"{inner}#pragma unroll",
+        f"{inner}for (int {r} = 0; {r} < {outputs}; ++{r}) {sums}[{slot} + {r}] = {acc}[{r}];",
+        f"{pad}}}",
+        f"{pad}__syncthreads();",
+        f"{pad}// The outputs finished by consecutive threads, so that their stores coalesce.",
+        f"{pad}#pragma unroll",
+        f"{pad}for (int {r} = 0; {r} < {outputs}; ++{r}) {{",
+        f"{inner}const int {output} = {first} + {r} * blockDim.x + threadIdx.x;",
+        f"{inner}if ({output} >= {bound}) break;  // outputs past the end are not written",
+        f"{inner}{b.kind} {acc} = {sums}[{r} * blockDim.x + threadIdx.x];",
+        reindent(finish, line_indent(tree, b.after[0]), inner),
+        f"{pad}}}",
+    ]
+    edits = [
+        (b.first_output.start_byte, b.first_output.end_byte, f"{outputs} * ({tree.text(b.first_output)})"),
+        (w.guard.start_byte, b.end, "\n".join(lines)[len(pad) :]),
+    ]
+    return apply_to_body(tree, edits)
+
+
+def _edited(tree: KernelTree, start: int, end: int, edits: list[Edit]) -> str:
+    """The file's bytes [start, end) with the edits (inside that range, none overlapping) applied."""
+    text = tree.data[start:end]
+    for begin, stop, new in sorted(edits, reverse=True):
+        text = text[: begin - start] + new.encode("utf-8") + text[stop - start :]
+    return text.decode("utf-8")
+
+
+def _lines(pad: str, lines: list[str]) -> str:
+    """Lines to put where a statement indented by `pad` starts: the first without the pad."""
+    return "\n".join([lines[0], *(pad + line if line else "" for line in lines[1:])])
 
 
 # -- 2-D: a point stencil on a grid ---------------------------------------------------------------------
