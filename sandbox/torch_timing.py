@@ -66,13 +66,20 @@ def oracle_function(
 
 
 def _written_out(torch: Any) -> Callable[[Any], Any]:
-    """A tensor as a contiguous tensor of its own (a copy only when it is a strided view, as `.T` is)."""
-    tensor_type = getattr(torch, "Tensor", None)
+    """A tensor as a contiguous tensor of its own (a copy only when it is a strided view, as `.T` is).
+    Uses no builtins: Dynamo resolves them in the oracle's namespace, which has none (seen as
+    "KeyError: isinstance" after a graph break in `torch.bincount`)."""
+    if not hasattr(torch, "Tensor"):  # the CPU tests' stand-in for torch: arrays are already written out
+        return _unchanged
 
     def written_out(value: Any) -> Any:
-        return value.contiguous() if tensor_type is not None and isinstance(value, tensor_type) else value
+        return value.contiguous()
 
     return written_out
+
+
+def _unchanged(value: Any) -> Any:
+    return value
 
 
 class _Inputs:

@@ -85,3 +85,18 @@ def test_an_oracle_that_is_a_view_is_timed_writing_its_output(sandbox) -> None: 
     # 200 MB read and written: no GPU does that in 20 µs; a view (no copy) takes about 10 µs.
     assert result.eager.median_ms > 0.02 and result.compiled.median_ms > 0.02
     assert "differs" not in result.note
+
+
+@pytest.mark.gpu
+def test_an_oracle_with_a_graph_break_still_compiles(sandbox) -> None:  # type: ignore[no-untyped-def]
+    # torch.bincount's output size depends on the data: Dynamo breaks the graph there and traces the rest
+    # as a new frame, which must still find everything it calls.
+    n, bins = 1 << 20, 256
+    arguments = (
+        ArgumentPlan("values", "input", "int32", (n,), Distribution("integers", low=0, high=bins)),
+        ArgumentPlan("counts", "inout", "int32", (bins,)),
+    )
+    oracle = {"counts": "counts + torch.bincount(values.long(), minlength=bins).int()"}
+    problem = Problem("histogram", {"n": n, "bins": bins}, arguments, {}, oracle, bytes_moved=4 * n)
+    result = sandbox._request(TimeTorchRequest(problem, budget_s=0.2), None)
+    assert isinstance(result, TorchTimingResult) and result.eager and result.compiled, result.note
