@@ -17,10 +17,18 @@ from typing import Any, TypeVar
 from cuda_agent.server import actions, diagnostics, hover, lenses
 from cuda_agent.server.access import presented_token, token_accepted
 from cuda_agent.server.backend import Backend
-from cuda_agent.server.documents import Document, Documents, current_analysis, restart_timer
+from cuda_agent.server.documents import (
+    Analysis,
+    Document,
+    Documents,
+    current_analysis,
+    restart_idle_timer,
+    restart_timer,
+)
 from cuda_agent.server.feedback import SuggestionFeedback
-from cuda_agent.server.jobs import RESULT_NOTIFICATION, OptimizationJobs
+from cuda_agent.server.jobs import BACKGROUND, RESULT_NOTIFICATION, URGENT, OptimizationJobs
 from cuda_agent.server.rewrites import OptimizeResult
+from cuda_agent.server.settings import SECTION, ServerSettings, read_settings, section_of
 from lsprotocol import types
 from pygls.exceptions import JsonRpcServerError
 from pygls.lsp.server import LanguageServer
@@ -64,9 +72,43 @@ class CudaAgentServer(LanguageServer):
         self.documents = Documents()
         self.feedback = SuggestionFeedback()
         self.jobs = OptimizationJobs(self)
+        self.settings = ServerSettings(gpu_index=backend.gpu_index)
+        self.workspace_path: Path | None = None  # where the feedback log goes
         self.refused = False
         self.gpu_message_shown = False
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def apply_settings(self, raw: Any) -> None:
+        """Take the client's settings (the cudaAgent section); a bad value is reported and the previous
+        one kept. Applies to jobs started from now on."""
+        settings, problems = read_settings(raw, self.settings)
+        if problems:
+            self.window_show_message(
+                types.ShowMessageParams(
+                    type=types.MessageType.Warning, message="cuda-agent settings: " + "; ".join(problems)
+                )
+            )
+        self.settings = settings
+        self.jobs.budget_s, self.jobs.proposers = settings.search_budget_s, settings.proposers
+        self.feedback.configure(self.workspace_path, settings.feedback)
+        if settings.gpu_index != self.backend.gpu_index:
+            await self.backend.use_gpu(settings.gpu_index)
+            self.gpu_message_shown = False
+
+    async def pull_settings(self) -> None:
+        """Ask the client for the cudaAgent section, where it can answer (workspace/configuration)."""
+        workspace = self.client_capabilities.workspace
+        if not (workspace and workspace.configuration):
+            return
+        try:
+            answer = await self.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
+            )
+        except Exception:  # a client that says it can and then cannot: keep what we have
+            logger.warning("workspace/configuration failed", exc_info=True)
+            return
+        if answer:
+            await self.apply_settings(answer[0])
 
     def spawn(self, work: Awaitable[None]) -> None:
         """Run background work, keeping a reference (asyncio holds tasks weakly) and logging failures."""
@@ -124,9 +166,11 @@ def create_server(
     server = CudaAgentServer(backend, token=token, session_mode=session_mode)
 
     @server.feature(types.INITIALIZE)
-    def initialize(ls: CudaAgentServer, params: types.InitializeParams) -> None:
+    async def initialize(ls: CudaAgentServer, params: types.InitializeParams) -> None:
         if token_accepted(ls.token, presented_token(params.initialization_options)):
-            ls.feedback.configure(_workspace(params), params.initialization_options)
+            ls.workspace_path = _workspace(params)
+            # initializationOptions carry the same settings, for clients without workspace/configuration.
+            await ls.apply_settings(params.initialization_options)
             return
         ls.refused = True
         writer = ls.protocol.writer
@@ -139,6 +183,22 @@ def create_server(
             code=-32001,
             data={"retry": False},
         )
+
+    @server.feature(types.INITIALIZED)
+    @guarded(lambda: None)
+    async def initialized(ls: CudaAgentServer, params: types.InitializedParams) -> None:
+        ls.spawn(ls.pull_settings())
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    @guarded(lambda: None)
+    async def did_change_configuration(
+        ls: CudaAgentServer, params: types.DidChangeConfigurationParams
+    ) -> None:
+        workspace = ls.client_capabilities.workspace
+        if workspace and workspace.configuration:
+            ls.spawn(ls.pull_settings())  # VS Code sends an empty payload: the settings are to be asked for
+        else:
+            await ls.apply_settings(section_of(params.settings))
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: CudaAgentServer, params: None) -> None:
@@ -159,13 +219,15 @@ def create_server(
         document = ls.documents.change(text.uri, params.text_document.version, text.source)
         ls.feedback.text_changed(document.uri, document.version)
         restart_timer(document, _analyse_and_publish(ls, document, delay_s=DEBOUNCE_S))
+        idle = ls.settings.trigger == "idle"
+        restart_idle_timer(document, _optimize_when_idle(ls, document, document.version) if idle else None)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     @guarded(lambda: None)
     async def did_save(ls: CudaAgentServer, params: types.DidSaveTextDocumentParams) -> None:
         document = ls.documents.get(params.text_document.uri)
         if document is not None:
-            ls.spawn(_compile_and_publish(ls, document))
+            ls.spawn(_compile_and_publish(ls, document, optimize=ls.settings.trigger == "save"))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     @guarded(lambda: None)
@@ -189,6 +251,7 @@ def create_server(
         document = ls.documents.get(params.text_document.uri)
         if document is None:
             return None
+        document.cursor = (params.position.line, params.position.character)
         analysis = await current_analysis(document)
         fresh = document.current_compile() is not None
         results = {r.kernel: r for r in document.current_results()}
@@ -203,6 +266,7 @@ def create_server(
         document = ls.documents.get(params.text_document.uri)
         if document is None:
             return []
+        document.cursor = (params.range.start.line, params.range.start.character)
         analysis = await current_analysis(document)
         return actions.code_actions(analysis, document, params, _document_changes(ls))
 
@@ -264,21 +328,10 @@ def create_server(
         if found is None:
             return {"started": False, "reason": "no such kernel in an open document"}
         document, target = found
-        gpu = await ls.backend.gpu_status()
-        if not gpu.available:
-            message = (
-                f"cuda-agent: optimizing needs an NVIDIA GPU, and there is none here ({gpu.reason}). "
-                f"{NO_GPU_HINT}"
-            )
-            if not ls.gpu_message_shown:  # said once per session, clearly; later clicks only log it
-                ls.gpu_message_shown = True
-                ls.window_show_message(
-                    types.ShowMessageParams(type=types.MessageType.Warning, message=message)
-                )
-            else:
-                ls.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+        gpu = await _gpu_or_say_why(ls)
+        if gpu is None:
             return {"started": False, "reason": "no GPU"}
-        answer = await ls.jobs.request(document.uri, document.version, target, gpu)
+        answer = await ls.jobs.request(document.uri, document.version, target, gpu, URGENT)
         ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Info, message=answer.message))
         return {"started": answer.started, "reason": answer.message}
 
@@ -319,6 +372,55 @@ async def _command_target(ls: CudaAgentServer, arguments: tuple[Any, ...]) -> tu
     return (document, target) if target is not None else None
 
 
+async def _gpu_or_say_why(ls: CudaAgentServer) -> Any:
+    """The GPU status when there is one; else None, after telling the user once per session, clearly
+    (later attempts only log it)."""
+    gpu = await ls.backend.gpu_status()
+    if gpu.available:
+        return gpu
+    message = (
+        f"cuda-agent: optimizing needs an NVIDIA GPU, and there is none here ({gpu.reason}). {NO_GPU_HINT}"
+    )
+    if not ls.gpu_message_shown:
+        ls.gpu_message_shown = True
+        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+    else:
+        ls.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+    return None
+
+
+async def _optimize_file(ls: CudaAgentServer, document: Document, analysis: Analysis) -> None:
+    """Queue a job for every kernel of the text that has a spec, the one under the cursor first; kernels
+    already optimized (or being optimized) for this text are left alone."""
+    targets = [
+        t for t in analysis.targets.targets
+        if t.spec is not None and document.current_result(t.kernel.name) is None
+    ]  # fmt: skip
+    if not targets or not ls.documents.is_current(document, analysis.version):
+        return
+    gpu = await _gpu_or_say_why(ls)
+    if gpu is None:
+        return
+    at_cursor = _kernel_at_cursor(document, analysis)
+    for target in sorted(targets, key=lambda t: t.kernel.name != at_cursor):
+        priority = URGENT if target.kernel.name == at_cursor else BACKGROUND
+        await ls.jobs.request(document.uri, analysis.version, target, gpu, priority)
+
+
+def _kernel_at_cursor(document: Document, analysis: Analysis) -> str | None:
+    if document.cursor is None:
+        return None
+    line = document.cursor[0]
+    spans = [(t.kernel.name, t.kernel.span) for t in analysis.targets.targets]
+    return next((name for name, span in spans if span.start_line <= line <= span.end_line), None)
+
+
+async def _optimize_when_idle(ls: CudaAgentServer, document: Document, version: int) -> None:
+    await asyncio.sleep(ls.settings.idle_seconds)
+    if ls.documents.is_current(document, version) and ls.settings.trigger == "idle":
+        await _optimize_file(ls, document, await current_analysis(document))
+
+
 async def _analyse_and_publish(ls: CudaAgentServer, document: Document, delay_s: float) -> None:
     if delay_s:
         await asyncio.sleep(delay_s)
@@ -326,8 +428,9 @@ async def _analyse_and_publish(ls: CudaAgentServer, document: Document, delay_s:
     ls.publish(document)
 
 
-async def _compile_and_publish(ls: CudaAgentServer, document: Document) -> None:
-    """Compile the saved text off the event loop; a result for text that has changed since is dropped."""
+async def _compile_and_publish(ls: CudaAgentServer, document: Document, optimize: bool) -> None:
+    """Compile the saved text off the event loop; a result for text that has changed since is dropped.
+    With `optimize` (the save trigger), the kernels that compiled are then queued for optimization."""
     analysis = await current_analysis(document)
     version = analysis.version
     ls.publish(document)  # the cheap diagnostics at once, in case a debounce was still pending
@@ -340,3 +443,5 @@ async def _compile_and_publish(ls: CudaAgentServer, document: Document) -> None:
     document.compiled, document.compiled_version = result, version
     document.resources.update(result.resources)
     ls.publish(document)
+    if optimize and not any(p.severity == "error" for p in result.problems):
+        await _optimize_file(ls, document, analysis)

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
@@ -101,6 +101,26 @@ class Backend:
 
     # -- the GPU ---------------------------------------------------------------------------------------
 
+    @property
+    def gpu_index(self) -> int:
+        return self._settings.gpu_index
+
+    async def use_gpu(self, index: int) -> None:
+        """Switch to another GPU (the cudaAgent.gpuIndex setting): the engine and its worker are closed
+        on the engine thread, after the work queued there, and the next request starts them anew."""
+        if index == self._settings.gpu_index:
+            return
+        async with self._gpu_lock:
+            self._settings = replace(self._settings, gpu_index=index)
+            self._gpu = None
+
+            def close_engine() -> None:
+                if self._engine is not None:
+                    self._engine.close()
+                    self._engine = None
+
+            await self._run(close_engine)
+
     async def gpu_status(self) -> GpuStatus:
         """Asked once per process: the probe starts the worker, which costs a process spawn."""
         async with self._gpu_lock:
@@ -165,6 +185,7 @@ class Backend:
         still_current: Callable[[], bool],
         on_progress: Callable[[JobProgress], None],
         budget_s: float,
+        proposers: tuple[str, ...] = (),
     ) -> OptimizeResult | None:
         """Optimize one kernel on the engine thread; None when the text changed before it finished.
 
@@ -183,7 +204,7 @@ class Backend:
                 return None
             engine = self._get_engine()
             try:
-                outcome = optimize(engine, target, on_progress=progress, budget_s=budget_s)
+                outcome = optimize(engine, target, proposers or None, on_progress=progress, budget_s=budget_s)
             except JobCancelled:
                 return None
             gpu = engine.gpu

@@ -49,8 +49,12 @@ class Document:
     resources: dict[str, KernelResources] = field(default_factory=dict)
     # Kernel name → the last optimization result, each for the version it was computed on.
     results: dict[str, OptimizeResult] = field(default_factory=dict)
+    # Where the user last was (0-based line, UTF-16 character), from hovers and code-action requests
+    # (editors ask for code actions as the cursor moves): that kernel is optimized first.
+    cursor: tuple[int, int] | None = None
     _analysing: tuple[int, asyncio.Task[Analysis]] | None = None
     _debounce: asyncio.Task[None] | None = None
+    _idle: asyncio.Task[None] | None = None  # the "optimize after idle" timer
 
     def current_compile(self) -> FileCompile | None:
         """The compile result, only while the text is exactly what was compiled."""
@@ -121,6 +125,8 @@ class Documents:
 def cancel(document: Document) -> None:
     if document._debounce is not None:
         document._debounce.cancel()
+    if document._idle is not None:
+        document._idle.cancel()
     if document._analysing is not None:
         document._analysing[1].cancel()
 
@@ -151,3 +157,10 @@ def restart_timer(document: Document, work: Coroutine[object, object, None]) -> 
     if document._debounce is not None:
         document._debounce.cancel()
     document._debounce = asyncio.ensure_future(work)
+
+
+def restart_idle_timer(document: Document, work: Coroutine[object, object, None] | None) -> None:
+    """The same for the idle trigger's timer (None: just stop it)."""
+    if document._idle is not None:
+        document._idle.cancel()
+    document._idle = asyncio.ensure_future(work) if work is not None else None

@@ -11,7 +11,6 @@ import logging
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from cuda_agent.agent.feedback import (
     CandidateInfo,
@@ -41,10 +40,10 @@ class SuggestionFeedback:
             tuple[str, str], tuple[int, FeedbackRecord]
         ] = {}  # (uri, kernel) → (version, record)
 
-    def configure(self, workspace: Path | None, initialization_options: Any) -> None:
-        """Called on initialize: off by `{"feedback": false}` or CUDA_AGENT_FEEDBACK=0."""
-        off = isinstance(initialization_options, dict) and initialization_options.get("feedback") is False
-        if off or not logging_enabled():
+    def configure(self, workspace: Path | None, enabled: bool) -> None:
+        """Called on initialize and when settings change: off by the cudaAgent.feedback setting or
+        CUDA_AGENT_FEEDBACK=0."""
+        if not enabled or not logging_enabled():
             self.log_path = None
             return
         try:

@@ -5,7 +5,8 @@ changes (or the user cancels its progress), and its result is published only if 
 version: a rewrite verified for other text is never shown. Results go into the document (for hover, lens
 and actions, which answer from memory), out as diagnostics, and as a `cudaAgent/result` notification.
 
-Not yet: the kernel under the cursor first (jobs queue on the one engine thread in request order).
+One job runs at a time (there is one GPU worker); the others wait their turn, and the next to run is the
+most urgent: a kernel the user asked for, or the one under the cursor, before the rest of a saved file.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from pygls.progress import Progress
 logger = logging.getLogger(__name__)
 
 RESULT_NOTIFICATION = "cudaAgent/result"
-SEARCH_BUDGET_S = 120.0  # wall time of one kernel's search; settings will make it configurable
+SEARCH_BUDGET_S = 120.0  # wall time of one kernel's search (the cudaAgent.searchBudgetSeconds setting)
+URGENT, BACKGROUND = 0, 1  # job priorities: asked for or under the cursor; the rest of a saved file
 
 
 class JobHost(Protocol):
@@ -52,43 +54,81 @@ class JobAnswer:
     message: str
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
     version: int
-    task: asyncio.Task[None]
+    priority: int
+    sequence: int  # request order, among jobs of one priority
+    task: asyncio.Task[None] | None = None
+    started: bool = False  # holds the GPU (or finished with it)
 
 
 class OptimizationJobs:
     def __init__(self, host: JobHost, budget_s: float = SEARCH_BUDGET_S) -> None:
         self._host = host
-        self._budget_s = budget_s
+        self.budget_s = budget_s
+        self.proposers: tuple[str, ...] = ()  # () = all offline proposers
         self._jobs: dict[tuple[str, str], Job] = {}
         self._tokens = itertools.count(1)
+        self._sequence = itertools.count()
+        self._waiting: list[Job] = []
+        self._gpu_busy = False
+        self._turns = asyncio.Condition()
 
-    async def request(self, uri: str, version: int, target: KernelTarget, gpu: GpuStatus) -> JobAnswer:
+    async def request(
+        self, uri: str, version: int, target: KernelTarget, gpu: GpuStatus, priority: int = URGENT
+    ) -> JobAnswer:
         """Start the optimization job of one kernel at one document version (once: a second request for
-        the same text while it runs is answered with the running job)."""
+        the same text is answered with the job already there, moved up if this request is more urgent)."""
         kernel = target.kernel.name
         key = (uri, kernel)
-        running = self._jobs.get(key)
-        if running is not None and not running.task.done():
-            if running.version == version:
-                return JobAnswer(True, f"cuda-agent: {kernel} is already being optimized on {gpu.name}")
-            running.task.cancel()  # for older text; its engine work stops at the next candidate
-        task = asyncio.ensure_future(self._run(uri, version, target))
-        job = Job(version, task)
+        existing = self._jobs.get(key)
+        if existing is not None and existing.task is not None and not existing.task.done():
+            if existing.version == version:
+                if priority < existing.priority and not existing.started:
+                    existing.priority = priority
+                    async with self._turns:
+                        self._turns.notify_all()
+                    return JobAnswer(True, f"cuda-agent: {kernel} moved to the front of the queue")
+                state = "being optimized" if existing.started else "queued"
+                return JobAnswer(True, f"cuda-agent: {kernel} is already {state} on {gpu.name}")
+            existing.task.cancel()  # for older text; its engine work stops at the next candidate
+        job = Job(version, priority, next(self._sequence))
+        job.task = asyncio.ensure_future(self._queued(job, uri, version, target))
         self._jobs[key] = job
-        task.add_done_callback(lambda t: self._finished(key, job, t))
+        job.task.add_done_callback(lambda t: self._finished(key, job, t))
         return JobAnswer(True, f"cuda-agent: optimizing {kernel} on {gpu.name}")
 
+    async def _queued(self, job: Job, uri: str, version: int, target: KernelTarget) -> None:
+        """Wait for the GPU, most urgent job first, then run."""
+        async with self._turns:
+            self._waiting.append(job)
+            try:
+                await self._turns.wait_for(lambda: not self._gpu_busy and self._next() is job)
+            finally:
+                self._waiting.remove(job)
+                self._turns.notify_all()
+            self._gpu_busy = job.started = True
+        try:
+            await self._run(uri, version, target)
+        finally:
+            async with self._turns:
+                self._gpu_busy = False
+                self._turns.notify_all()
+
+    def _next(self) -> Job | None:
+        return min(self._waiting, key=lambda j: (j.priority, j.sequence), default=None)
+
     def running(self, uri: str, kernel: str) -> bool:
+        """Whether the kernel has a job, running or queued."""
         job = self._jobs.get((uri, kernel))
-        return job is not None and not job.task.done()
+        return job is not None and job.task is not None and not job.task.done()
 
     def cancel_all(self) -> None:
         """Called when a client session ends."""
         for job in self._jobs.values():
-            job.task.cancel()
+            if job.task is not None:
+                job.task.cancel()
         self._jobs.clear()
 
     def reject(self, document: Document, kernel: str) -> bool:
@@ -132,7 +172,7 @@ class OptimizationJobs:
         result: OptimizeResult | None = None
         try:
             result = await host.backend.optimize(
-                uri, version, target, still_current, on_progress, self._budget_s
+                uri, version, target, still_current, on_progress, self.budget_s, self.proposers
             )
         finally:
             if progress is not None:
