@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cuda_agent.agent.kernels import Kernel, find_kernels
+from cuda_agent.agent.kernels import Kernel, find_kernels, parse_cuda
 from cuda_agent.agent.spec import KernelSpec, SpecError, complete_sizes, infer_spec, parse_specs, resolve
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
+from tree_sitter import Tree
 
 
 @dataclass(frozen=True)
@@ -38,10 +41,34 @@ class FileTargets:
         return next((t for t in self.targets if t.kernel.name == name), None)
 
 
+# Inference reads only the kernel's own text, so its answer is kept per definition text: the language
+# server re-analyses a file on every edit, and a 5,000-line file re-inferred every kernel (~0.3 s).
+_INFERRED: OrderedDict[bytes, tuple[KernelSpec | None, str]] = OrderedDict()
+_INFERRED_MAX = 4096
+_INFERRED_LOCK = threading.Lock()  # the server analyses documents on several threads
+
+
+def _inferred(kernel: Kernel, text: str, data: bytes, tree: Tree) -> tuple[KernelSpec | None, str]:
+    key = data[kernel.span.start_byte : kernel.span.end_byte]
+    with _INFERRED_LOCK:
+        found = _INFERRED.get(key)
+        if found is not None:
+            _INFERRED.move_to_end(key)
+            return found
+    found = infer_spec(kernel, text, tree)
+    with _INFERRED_LOCK:
+        _INFERRED[key] = found
+        if len(_INFERRED) > _INFERRED_MAX:
+            _INFERRED.popitem(last=False)
+    return found
+
+
 def load_targets(path: Path, source: str | None = None) -> FileTargets:
     text = path.read_text(encoding="utf-8", errors="replace") if source is None else source
-    kernels = find_kernels(text)
-    specs, errors = parse_specs(text, kernels)
+    tree = parse_cuda(text)  # once: inference reads every kernel from it (a parse each was quadratic)
+    data = text.encode("utf-8")
+    kernels = find_kernels(text, tree)
+    specs, errors = parse_specs(text, kernels, tree)
     failed = {e.kernel for e in errors if e.kernel}
     targets = []
     for kernel in kernels:
@@ -50,7 +77,7 @@ def load_targets(path: Path, source: str | None = None) -> FileTargets:
         if spec is None and kernel.name in failed:
             note = "its spec has errors (see above)"
         elif spec is None:
-            spec, reason = infer_spec(kernel, text)
+            spec, reason = _inferred(kernel, text, data, tree)
             note = (
                 spec.inference_note if spec else f"no spec: {reason}; add a /* cuda-agent ... */ spec comment"
             )

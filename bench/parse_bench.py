@@ -13,9 +13,11 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from cuda_agent.agent.device_source import device_source
 from cuda_agent.agent.kernels import find_kernels, find_launch_sites, parse_cuda
+from cuda_agent.agent.targets import load_targets
 from tree_sitter import Point, Tree
 
 # One module of a realistic CUDA file: a macro, helpers, a templated reduction, an element-wise kernel
@@ -170,6 +172,9 @@ def main() -> None:
             new_source, parse_cuda(new_source, edited_tree.copy())
         ),
         "device_source (parse + blank host code)": lambda: device_source(source),
+        # What the language server runs on each edit: discovery, written specs, inferred specs (cached per
+        # kernel text, so after the first run only edited kernels are inferred again).
+        "load_targets (the server's analysis of an edit)": lambda: load_targets(Path("big.cu"), new_source),
     }
     width = max(len(name) for name in figures)
     print(f"median of {options.repeat} runs (min .. max), ms:")

@@ -390,18 +390,20 @@ async def _gpu_or_say_why(ls: CudaAgentServer) -> Any:
 
 
 async def _optimize_file(ls: CudaAgentServer, document: Document, analysis: Analysis) -> None:
-    """Queue a job for every kernel of the text that has a spec, the one under the cursor first; kernels
-    already optimized (or being optimized) for this text are left alone."""
+    """Queue a job for every kernel of the text with a written spec, and for the kernel under the cursor
+    (its spec may be inferred), that one first; kernels already optimized for this text are left alone.
+    Kernels with only an inferred spec wait to be asked: a big file would otherwise queue hours of search."""
+    at_cursor = _kernel_at_cursor(document, analysis)
     targets = [
         t for t in analysis.targets.targets
-        if t.spec is not None and document.current_result(t.kernel.name) is None
+        if t.spec is not None and (not t.spec.inferred or t.kernel.name == at_cursor)
+        and document.current_result(t.kernel.name) is None
     ]  # fmt: skip
     if not targets or not ls.documents.is_current(document, analysis.version):
         return
     gpu = await _gpu_or_say_why(ls)
     if gpu is None:
         return
-    at_cursor = _kernel_at_cursor(document, analysis)
     for target in sorted(targets, key=lambda t: t.kernel.name != at_cursor):
         priority = URGENT if target.kernel.name == at_cursor else BACKGROUND
         await ls.jobs.request(document.uri, analysis.version, target, gpu, priority)

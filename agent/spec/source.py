@@ -4,6 +4,7 @@ back to the .cu file (0-based lines, UTF-8 byte columns, as tree-sitter and `Spa
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -23,7 +24,11 @@ class LineIndex:
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-        self.starts = [0] + [index + 1 for index, byte in enumerate(data) if byte == 0x0A]
+        # From the lines' lengths (bytes.split runs in C): a loop over every byte of a large file took
+        # ~17 ms, on each analysis of each edit.
+        self.starts = list(
+            itertools.accumulate((len(line) + 1 for line in data.split(b"\n")[:-1]), initial=0)
+        )
 
     def offset(self, line: int, column: int) -> int:
         return self.starts[min(line, len(self.starts) - 1)] + column

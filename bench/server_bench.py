@@ -1,0 +1,164 @@
+"""How fast the language server answers while it optimizes: the real server over stdio, a real client.
+
+    python bench/server_bench.py [--lines 5000] [--requests 300]
+
+Opens a `.cu` file of about 5,000 lines (examples/elementwise.cu followed by bench/parse_bench.py's
+generated modules), saves it so the server queues an optimization job for every kernel with a spec, and
+while those jobs run (compiling candidates on the server's threads) sends hovers, code actions and code
+lenses, one after another, timing each round trip. Then edits the file and times the round trip of a
+code lens sent right after each edit: the lens answers from the kernel map of the new text, so this is
+the edit → kernel map latency as the editor sees it. Targets: p99 ≤ 20 ms for the requests, ≤ 10 ms for
+an edit's kernel map.
+
+Without a GPU the jobs run against the recorded worker (CUDA_AGENT_RECORDED_WORKER, as the tests do):
+compiles and the search are real, the GPU's answers are recorded. With a GPU, pass --gpu to use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.parse_bench import generate_source
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDING = ROOT / "tests" / "recordings" / "elementwise_h200.json"
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def summary(name: str, values: list[float], target_ms: float) -> str:
+    p99 = percentile(values, 0.99)
+    verdict = "meets" if p99 <= target_ms else "misses"
+    return (
+        f"{name:28s} n={len(values):4d}  median {statistics.median(values):6.2f} ms  "
+        f"p99 {p99:6.2f} ms  max {max(values):6.2f} ms  ({verdict} the {target_ms:g} ms target)"
+    )
+
+
+async def timed(request: Any) -> float:
+    start = time.perf_counter()
+    await request
+    return (time.perf_counter() - start) * 1000
+
+
+async def run(lines: int, requests: int, use_gpu: bool) -> None:
+    text = (ROOT / "examples" / "elementwise.cu").read_text() + "\n" + generate_source(lines)
+    folder = Path(tempfile.mkdtemp(prefix="cuda-agent-server-bench-"))
+    path = folder / "big.cu"
+    path.write_text(text)
+    uri = path.as_uri()
+    env = {**os.environ, "CUDA_AGENT_CACHE_DIR": str(folder / "cache"), "XDG_DATA_HOME": str(folder)}
+    if not use_gpu:
+        env["CUDA_AGENT_RECORDED_WORKER"] = str(RECORDING)
+    client = LanguageClient("server-bench", "1")
+    results: list[Any] = []
+
+    @client.feature("cudaAgent/result")
+    def on_result(params: Any) -> None:
+        results.append((time.perf_counter(), params))
+
+    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def on_diagnostics(params: Any) -> None:
+        pass
+
+    @client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
+    def on_progress_create(params: Any) -> None:
+        pass
+
+    await client.start_io(sys.executable, "-m", "cuda_agent", "serve", env=env)
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            workspace_folders=[types.WorkspaceFolder(uri=folder.as_uri(), name="bench")],
+        )
+    )
+    client.initialized(types.InitializedParams())
+    document = types.TextDocumentIdentifier(uri=uri)
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(uri, "cuda", 1, text))
+    )
+    await client.text_document_code_lens_async(types.CodeLensParams(text_document=document))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=document))
+    started = time.perf_counter()
+
+    kernel_lines = [i for i, line in enumerate(text.split("\n")) if "__global__" in line]
+    rng = random.Random(0)
+    hover, action, lens = [], [], []
+    for _ in range(requests):
+        line = rng.choice(kernel_lines) + 1
+        at = types.Position(line=line, character=8)
+        hover.append(await timed(client.text_document_hover_async(types.HoverParams(document, at))))
+        action.append(
+            await timed(
+                client.text_document_code_action_async(
+                    types.CodeActionParams(document, types.Range(at, at), types.CodeActionContext([]))
+                )
+            )
+        )
+        lens.append(await timed(client.text_document_code_lens_async(types.CodeLensParams(document))))
+    during = time.perf_counter() - started
+    for _ in range(600):  # the saved kernel's job: up to a minute (an edit would cancel it)
+        if results:
+            break
+        await asyncio.sleep(0.1)
+
+    edits = []
+    for version in range(2, 2 + requests // 3):
+        text = text.replace("// Element-wise kernels", f"// Element-wise kernels, edit {version}", 1)
+        text = text.replace(f", edit {version - 1}", "", 1)
+        start = time.perf_counter()
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=version, uri=uri),
+                [types.TextDocumentContentChangeWholeDocument(text=text)],
+            )
+        )
+        await client.text_document_code_lens_async(types.CodeLensParams(document))
+        edits.append((time.perf_counter() - start) * 1000)
+
+    print(f"file: {text.count(chr(10))} lines, {len(kernel_lines)} kernels")
+    if results:
+        print(
+            f"requests sent during the first {during:.1f} s after the save; the optimization job's result "
+            f"came {results[0][0] - started:.1f} s after the save, so it ran throughout"
+        )
+    else:
+        print(f"requests sent during the first {during:.1f} s after the save; no job result within a minute")
+    print(summary("hover", hover, 20))
+    print(summary("code action", action, 20))
+    print(summary("code lens", lens, 20))
+    print(summary("edit → kernel map (lens)", edits, 10))
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--lines", type=int, default=5000)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--gpu", action="store_true", help="use the real GPU worker (default: the recording)")
+    args = parser.parse_args()
+    asyncio.run(run(args.lines, args.requests, args.gpu))
+
+
+if __name__ == "__main__":
+    main()
