@@ -217,7 +217,7 @@ def create_server(
     async def did_change(ls: CudaAgentServer, params: types.DidChangeTextDocumentParams) -> None:
         text = ls.workspace.get_text_document(params.text_document.uri)  # pygls applied the changes
         document = ls.documents.change(text.uri, params.text_document.version, text.source)
-        ls.feedback.text_changed(document.uri, document.version)
+        ls.feedback.text_changed(document.uri, document.version, document.text)
         restart_timer(document, _analyse_and_publish(ls, document, delay_s=DEBOUNCE_S))
         idle = ls.settings.trigger == "idle"
         restart_idle_timer(document, _optimize_when_idle(ls, document, document.version) if idle else None)
@@ -273,11 +273,9 @@ def create_server(
     @server.feature(types.CODE_ACTION_RESOLVE)
     async def resolve_code_action(ls: CudaAgentServer, action: types.CodeAction) -> types.CodeAction:
         try:
-            resolved = actions.resolve_code_action(action, ls.documents, _document_changes(ls))
-            if resolved.edit is not None and isinstance(action.data, dict) and "candidate" in action.data:
-                # A client resolves the apply action when the user picks it (the edit is built lazily).
-                ls.feedback.decided(str(action.data["uri"]), str(action.data["kernel"]), "accepted")
-            return resolved
+            # Resolving is not accepting (editors also resolve to preview): the feedback log counts the
+            # rewrite as accepted when the document's text becomes it.
+            return actions.resolve_code_action(action, ls.documents, _document_changes(ls))
         except Exception:  # answered unresolved rather than as an error
             logger.exception("resolving %r failed", action.title)
             return action

@@ -1,8 +1,10 @@
 """Suggestion feedback from the editor: a "shown" record when a verified rewrite is published, then one
 decision about it (accepted, rejected, or superseded by the user's own edit), into agent/feedback's log.
 
-Only the first decision about a suggestion counts: a resolved Apply is followed by the edit it makes,
-which must not also count as the user's own edit. Logging never fails a request: errors are logged.
+A suggestion counts as accepted when the document's text becomes the verified rewrite, whichever way it
+got there (the code action, the lens, a paste): resolving the code action is not enough, since editors
+also resolve to preview. Any other edit of the text supersedes it. Only the first decision about a
+suggestion counts. Logging never fails a request: errors are logged.
 """
 
 from __future__ import annotations
@@ -64,11 +66,13 @@ class SuggestionFeedback:
         if shown is not None:
             self._append(replace(shown[1], event=event, timestamp=now()))
 
-    def text_changed(self, uri: str, version: int) -> None:
-        """The user's edit drops every suggestion made for older text of the document."""
-        for (shown_uri, kernel), (shown_version, _) in list(self._shown.items()):
+    def text_changed(self, uri: str, version: int, text: str) -> None:
+        """A new text of the document decides every suggestion made for older text: accepted when the
+        text is now that rewrite, superseded by the user's own edit otherwise."""
+        for (shown_uri, kernel), (shown_version, record) in list(self._shown.items()):
             if shown_uri == uri and shown_version != version:
-                self.decided(uri, kernel, "superseded")
+                applied = record.candidate.source == text
+                self.decided(uri, kernel, "accepted" if applied else "superseded")
 
     def _append(self, record: FeedbackRecord) -> None:
         if self.log_path is None:

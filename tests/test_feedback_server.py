@@ -11,7 +11,15 @@ from cuda_agent.agent.feedback import read_records
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from tests.server_support import SERVE, SERVER_ENV, diagnostics_for, replace_text, wait_until
+from tests.server_support import (
+    SERVE,
+    SERVER_ENV,
+    apply_text_edits,
+    diagnostics_for,
+    edits_for,
+    replace_text,
+    wait_until,
+)
 from tests.test_server_jobs import (
     ELEMENTWISE,
     JOB_TIMEOUT_S,
@@ -77,14 +85,27 @@ async def test_shown_then_accepted(client: LanguageClient):
     apply = (await rewrite_actions(client, uri, [d for d in diagnostics if is_rewrite(d)]))[0]
     resolved = await client.code_action_resolve_async(apply)
     assert resolved.edit is not None
-    await client.code_action_resolve_async(apply)  # resolved twice: still one decision
+    await client.code_action_resolve_async(apply)  # resolved (to preview) twice: not yet a decision
+    await diagnostics_for(client, uri, 1)  # a round trip
+    assert records_after(before + 1) == []
+    # The editor applies the edit: the text becomes the rewrite, which is the acceptance.
+    replace_text(client, uri, apply_text_edits(ELEMENTWISE, edits_for(resolved.edit, uri)), version=2)
     decided = await wait_until(lambda: records_after(before + 1), 5.0, "the accepted record")
-    # The applied edit is the user's text change too: it must not also count as superseding.
-    replace_text(client, uri, ELEMENTWISE + "\n", version=2)
-    await diagnostics_for(client, uri, 2)
+    replace_text(client, uri, ELEMENTWISE + "\n", version=3)  # a later edit decides nothing more
+    await diagnostics_for(client, uri, 3)
     decided = records_after(before + 1)
     assert [(r.event, r.suggestion_id) for r in decided] == [("accepted", record.suggestion_id)]
     assert decided[0].candidate == record.candidate and decided[0].timestamp >= record.timestamp
+
+
+async def test_previewed_then_edited_otherwise_is_superseded(client: LanguageClient):
+    before = len(records_after(0))
+    uri, diagnostics = await shown(client, "preview.cu")
+    apply = (await rewrite_actions(client, uri, [d for d in diagnostics if is_rewrite(d)]))[0]
+    assert (await client.code_action_resolve_async(apply)).edit is not None  # looked at, not applied
+    replace_text(client, uri, ELEMENTWISE.replace("// Element-wise", "// Mine"), version=2)
+    found = await wait_until(lambda: records_after(before + 1), 5.0, "the decision")
+    assert [r.event for r in found] == ["superseded"]
 
 
 async def test_shown_then_rejected(client: LanguageClient):
