@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Generator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -210,7 +211,7 @@ def create_server(
     async def did_open(ls: CudaAgentServer, params: types.DidOpenTextDocumentParams) -> None:
         item = params.text_document
         document = ls.documents.open(item.uri, item.version, item.text)
-        ls.spawn(_analyse_and_publish(ls, document, delay_s=0.0))
+        ls.spawn(_analyse_and_publish(ls, document, delay_s=0.0, recall=True))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @guarded(lambda: None)
@@ -421,10 +422,22 @@ async def _optimize_when_idle(ls: CudaAgentServer, document: Document, version: 
         await _optimize_file(ls, document, await current_analysis(document))
 
 
-async def _analyse_and_publish(ls: CudaAgentServer, document: Document, delay_s: float) -> None:
+async def _analyse_and_publish(
+    ls: CudaAgentServer, document: Document, delay_s: float, recall: bool = False
+) -> None:
+    """Publish the diagnostics of the current text; with `recall` (a file just opened), also the results
+    last found for exactly this text, so a reopened file shows its verified rewrites at once."""
     if delay_s:
         await asyncio.sleep(delay_s)
-    await current_analysis(document)
+    analysis = await current_analysis(document)
+    if recall:
+        kernels = [t.kernel.name for t in analysis.targets.targets if t.spec is not None]
+        for kept in await ls.backend.recall(document.text, kernels):
+            target = analysis.target_named(kept.kernel)
+            if target is not None and ls.documents.is_current(document, analysis.version):
+                result = replace(kept, uri=document.uri, version=analysis.version)
+                document.results[result.kernel] = result
+                ls.feedback.shown(document.text, target, result)  # shown again: a new suggestion to decide
     ls.publish(document)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
+from cuda_agent.agent.cache import ResultCache, result_key
 from cuda_agent.agent.engine import Engine, EngineSettings, Progress
 from cuda_agent.agent.optimize import OptimizeOutcome, optimize
 from cuda_agent.agent.targets import FileTargets, KernelTarget
@@ -90,6 +91,7 @@ class Backend:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-agent-engine")
         self._gpu: GpuStatus | None = None
         self._gpu_lock = asyncio.Lock()
+        self._shown: ResultCache | None = None  # the editor's last result per (file text, kernel)
 
     async def _run(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, work)
@@ -175,6 +177,29 @@ class Backend:
                 break  # the whole file failed: every other kernel's compile would repeat these errors
         return FileCompile(tuple(problems.values()), resources, complete=True)
 
+    # -- results kept for reopened files ---------------------------------------------------------------
+
+    def _results(self) -> ResultCache:
+        if self._shown is None:
+            self._shown = ResultCache(enabled=self._settings.use_cache)
+        return self._shown
+
+    def _key(self, text: str, kernel: str) -> str:
+        return result_key("editor-result", text, kernel, self._settings.gpu_index)
+
+    async def remember(self, text: str, result: OptimizeResult) -> None:
+        """Keep a job's result for this exact file text, so reopening the file shows it at once."""
+        await asyncio.to_thread(lambda: self._results().set(self._key(text, result.kernel), result))
+
+    async def recall(self, text: str, kernels: list[str]) -> list[OptimizeResult]:
+        """The kept results of these kernels for exactly this text (on this GPU index)."""
+
+        def look_up() -> list[OptimizeResult]:
+            found = [self._results().get(self._key(text, kernel)) for kernel in kernels]
+            return [r for r in found if isinstance(r, OptimizeResult)]
+
+        return await asyncio.to_thread(look_up)
+
     # -- optimizing ------------------------------------------------------------------------------------
 
     async def optimize(
@@ -213,6 +238,9 @@ class Backend:
         return await self._run(work)
 
     def close(self) -> None:
+        if self._shown is not None:
+            self._shown.close()
+
         def close_engine() -> None:
             if self._engine is not None:
                 self._engine.close()

@@ -185,6 +185,7 @@ class OptimizationJobs:
         host.publish(document)
         host.feedback.shown(document.text, target, result)  # the text is still the optimized version
         host.send_result(result)
+        await host.backend.remember(document.text, result)
 
 
 async def _begin_progress(progress: Progress, token: str, kernel: str) -> Future[Any] | None:

@@ -205,3 +205,27 @@ async def test_reject_removes_the_suggestion(client: LanguageClient, tmp_path: P
     await wait_until(lambda: len(publishes(client, uri)) > count, 10.0, "a publish after reject")
     assert not any(is_rewrite(d) for d in publishes(client, uri)[-1].diagnostics)
     assert await rewrite_actions(client, uri, []) == []
+
+
+async def test_a_reopened_file_shows_its_last_result_at_once(client: LanguageClient, tmp_path: Path):
+    uri = await open_and_optimize(client, tmp_path, "reopen.cu")
+    await diagnostics_for(client, uri, 1, lambda ds: any(map(is_rewrite, ds)), JOB_TIMEOUT_S)
+    client.text_document_did_close(
+        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    jobs = len(client.progress_reports)
+
+    open_document(client, uri, ELEMENTWISE, version=7)  # the same text, as a new document version
+    diagnostics = await diagnostics_for(client, uri, 7, lambda ds: any(map(is_rewrite, ds)), 10.0)
+    rewrite = next(d for d in diagnostics if is_rewrite(d))
+    assert rewrite.message == HEADLINE and rewrite.data["version"] == 7
+    assert len(client.progress_reports) == jobs  # from the store, not a new search
+    actions = await rewrite_actions(client, uri, [rewrite])
+    assert actions[0].title == "Apply verified rewrite: 1.27× faster"
+
+    # Other text is not that result's: a changed file opens with no suggestion.
+    client.text_document_did_close(
+        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    open_document(client, uri, ELEMENTWISE.replace("// Element-wise", "// Other"), version=8)
+    assert not [d for d in await diagnostics_for(client, uri, 8) if is_rewrite(d)]

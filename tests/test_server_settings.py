@@ -124,9 +124,10 @@ async def test_a_save_optimizes_the_kernels_with_specs_the_one_under_the_cursor_
     client = default_client
     await _start(client)
     uri = (tmp_path / f"cursor_{first}.cu").as_uri()
-    open_document(client, uri, TWO_SPECS)
+    text = f"// cursor on {first}\n{TWO_SPECS}"  # a text of its own: results are kept per text
+    open_document(client, uri, text)
     await diagnostics_for(client, uri, 1)
-    await _cursor_at(client, uri, _line_of(TWO_SPECS, f"void {first}(") + 2)
+    await _cursor_at(client, uri, _line_of(text, f"void {first}(") + 2)
     _save(client, uri)  # no command: the default trigger is the save
 
     results = client.results  # type: ignore[attr-defined]
