@@ -1,10 +1,12 @@
-"""Code lens above each kernel: "▶ Optimize", or for a verified rewrite of exactly this text
+"""Code lens above each kernel: "▶ Optimize" (after a search that found nothing faster, with the measured
+time: "0.29 ms · 68% of roofline · ▶ Optimize"), or for a verified rewrite of exactly this text
 "⚡ 1.27× verified · Apply · Reject" (three lenses on one line; editors draw them side by side)."""
 
 from __future__ import annotations
 
 from cuda_agent.server.documents import Analysis, Document
 from cuda_agent.server.positions import span_range
+from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
 
 OPTIMIZE_COMMAND = "cudaAgent.optimize"
@@ -48,7 +50,9 @@ def code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
         lenses.append(
             types.CodeLens(
                 range=where,
-                command=types.Command(title="▶ Optimize", command=OPTIMIZE_COMMAND, arguments=[uri, name]),
+                command=types.Command(
+                    title=_measured(result) + "▶ Optimize", command=OPTIMIZE_COMMAND, arguments=[uri, name]
+                ),
             )
         )
         if target.spec is not None and target.spec.inferred:
@@ -61,3 +65,12 @@ def code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
                 )
             )
     return lenses
+
+
+def _measured(result: OptimizeResult | None) -> str:
+    """ "0.29 ms · 68% of roofline · " once the kernel was measured for this text (and nothing was faster)."""
+    if result is None or result.original is None:
+        return ""
+    original = result.original
+    roofline = f"{original.roofline_fraction:.0%} of roofline · " if original.roofline_fraction else ""
+    return f"{original.median_ms:.3g} ms · {roofline}"

@@ -5,6 +5,7 @@ for the command, settings come from workspace/configuration and bad ones are rep
 from __future__ import annotations
 
 import asyncio
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -207,3 +208,31 @@ async def test_idle_trigger_from_initialization_options_optimizes_after_the_edit
     # Only the proposer the settings allow ran.
     saxpy = next(r for r in results if r.kernel == "saxpy")
     assert saxpy.candidates and {c.proposer for c in saxpy.candidates} == {"launch-config"}
+
+
+@pytest_lsp.fixture(config=_config())
+async def restrict_client(lsp_client: LanguageClient):
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_a_kernel_searched_without_gain_shows_its_measured_time_in_the_lens(
+    restrict_client: LanguageClient, tmp_path: Path
+) -> None:
+    client = restrict_client
+    # Only __restrict__: the recording measures it like the original, so nothing is faster.
+    await _start(client, options={"proposers": ["restrict"]})
+    uri = (tmp_path / "measured.cu").as_uri()
+    open_document(client, uri, ELEMENTWISE)
+    await diagnostics_for(client, uri, 1)
+    _save(client, uri)
+    await wait_until(lambda: client.results, JOB_TIMEOUT_S, "saxpy's result")  # type: ignore[attr-defined]
+    assert client.results[0].rewrite is None  # type: ignore[attr-defined]
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    saxpy_line = _line_of(ELEMENTWISE, "void saxpy(")
+    titles = [
+        lens.command.title for lens in lenses if lens.command and lens.range.start.line >= saxpy_line - 20
+    ]
+    assert any(re.fullmatch(r"0\.0832 ms · \d+% of roofline · ▶ Optimize", t) for t in titles), titles
