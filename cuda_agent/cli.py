@@ -100,9 +100,11 @@ def _parser() -> argparse.ArgumentParser:
     common(doctor)
 
     serve = sub.add_parser("serve", help="run the language server (stdio, or TCP for a remote GPU box)")
-    serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of talking over stdio")
-    serve.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=2087, help="TCP port (default 2087; 0 picks a free one)")
+    listen = serve.add_mutually_exclusive_group()
+    listen.add_argument("--tcp", action="store_true", help="listen on TCP instead of talking over stdio")
+    listen.add_argument("--ws", action="store_true", help="listen for WebSocket clients instead")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=2087, help="port (default 2087; 0 picks a free one)")
     serve.add_argument(
         "--token",
         default=os.environ.get("CUDA_AGENT_TOKEN"),
@@ -418,7 +420,7 @@ def cmd_serve(settings: EngineSettings, args: argparse.Namespace) -> int:
     )
     if args.log_level != "DEBUG":
         logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
-    if not args.tcp:
+    if not (args.tcp or args.ws):
         serve_stdio(Backend(settings), token=args.token)
         return 0
     try:
@@ -426,7 +428,7 @@ def cmd_serve(settings: EngineSettings, args: argparse.Namespace) -> int:
     except InsecureBind as exc:
         err.print(f"[bold red]cuda-agent: error:[/] {escape(str(exc))}")
         return 2
-    run_tcp(Backend(settings), args.host, args.port, args.token)
+    run_tcp(Backend(settings), args.host, args.port, args.token, websocket=args.ws)
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import replace
@@ -50,6 +51,18 @@ NO_GPU_HINT = (
 )
 
 
+_closing: set[asyncio.Future[Any]] = set()  # kept until done: asyncio holds tasks weakly
+
+
+def close_writer(writer: Any) -> None:
+    """Close a session's connection: a TCP stream closes at once, a websocket's close is a coroutine."""
+    closing = writer.close()
+    if inspect.isawaitable(closing):
+        future = asyncio.ensure_future(closing)
+        _closing.add(future)
+        future.add_done_callback(_closing.discard)
+
+
 class CudaAgentProtocol(LanguageServerProtocol):
     """Over TCP, a client's `exit` ends its own connection, not the process that serves the next client."""
 
@@ -61,7 +74,7 @@ class CudaAgentProtocol(LanguageServerProtocol):
             return
         server.end_session()
         if self.writer is not None:
-            self.writer.close()
+            close_writer(self.writer)
 
 
 class CudaAgentServer(LanguageServer):
@@ -177,7 +190,7 @@ def create_server(
         writer = ls.protocol.writer
         if writer is not None and ls.session_mode:
             # After the error response is written: a refused client gets nothing more from this socket.
-            asyncio.get_running_loop().call_later(0.2, writer.close)
+            asyncio.get_running_loop().call_later(0.2, close_writer, writer)
         raise JsonRpcServerError(
             'cuda-agent: this server needs a token: set initializationOptions {"token": "..."} to the '
             "value it was started with (--token or CUDA_AGENT_TOKEN)",

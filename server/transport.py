@@ -1,9 +1,10 @@
-"""How clients reach the server: stdio (an editor starts it) or TCP (a headless server on a GPU box).
+"""How clients reach the server: stdio (an editor starts it), or TCP or WebSocket (a headless server on
+a GPU box; WebSocket for clients that cannot open raw sockets, such as browser-based editors).
 
-pygls's own `start_tcp` serves one connection and then shuts the process down. Here each connection gets
-a fresh session (its own LanguageServer: documents, capabilities, token check) over pygls's protocol and
-message loop, while the Backend (engine, GPU worker) is shared, so clients can come and go and the next
-one finds the worker warm.
+pygls's own `start_tcp` / `start_ws` serve one connection and then shut the process down. Here each
+connection gets a fresh session (its own LanguageServer: documents, capabilities, token check) over
+pygls's protocol and message loop, while the Backend (engine, GPU worker) is shared, so clients can come
+and go and the next one finds the worker warm.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import threading
 from collections.abc import Callable
 
 from cuda_agent.server.access import TOKEN_ENV, is_loopback
-from cuda_agent.server.app import create_server
+from cuda_agent.server.app import CudaAgentServer, create_server
 from cuda_agent.server.backend import Backend
-from pygls.io_ import run_async
+from pygls.io_ import run_async, run_websocket
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,13 @@ def check_bind(host: str, token: str | None) -> None:
             f"machine's GPU. Pass --token (or set {TOKEN_ENV}) and give clients the same token in "
             'initializationOptions {"token": ...}; or listen on 127.0.0.1 and reach it through an SSH tunnel.'
         )
+
+
+def _end(server: CudaAgentServer) -> None:
+    """A session is over: its jobs and documents go; the Backend (and the GPU worker) stays."""
+    server.end_session()
+    if server._thread_pool is not None:
+        server._thread_pool.shutdown(wait=False)
 
 
 async def serve_tcp(
@@ -70,9 +78,7 @@ async def serve_tcp(
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away mid-message: the same as a disconnect
         finally:
-            server.end_session()
-            if server._thread_pool is not None:
-                server._thread_pool.shutdown(wait=False)
+            _end(server)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
@@ -86,13 +92,48 @@ async def serve_tcp(
         await listener.serve_forever()
 
 
-def run_tcp(backend: Backend, host: str, port: int, token: str | None) -> None:
+async def serve_ws(
+    backend: Backend,
+    host: str,
+    port: int,
+    token: str | None,
+    on_listening: Callable[[str, int], None] | None = None,
+) -> None:
+    """The same sessions over WebSocket (one JSON-RPC message a frame, no Content-Length headers)."""
+    check_bind(host, token)
+    from websockets.asyncio.server import ServerConnection, serve
+
+    async def session(websocket: ServerConnection) -> None:
+        logger.info("client connected: %s", websocket.remote_address)
+        server = create_server(backend, token=token, session_mode=True)
+        try:
+            await run_websocket(
+                websocket=websocket,
+                stop_event=threading.Event(),
+                protocol=server.protocol,
+                logger=logger,
+                error_handler=server.report_server_error,
+            )
+        finally:
+            _end(server)
+            logger.info("client disconnected: %s", websocket.remote_address)
+
+    async with serve(session, host, port) as listener:
+        bound = next(iter(listener.sockets)).getsockname()
+        if on_listening is not None:
+            on_listening(str(bound[0]), int(bound[1]))
+        await listener.serve_forever()
+
+
+def run_tcp(backend: Backend, host: str, port: int, token: str | None, websocket: bool = False) -> None:
     def announce(bound_host: str, bound_port: int) -> None:
         # One line on stderr that scripts (and the tests) read to learn the port when --port 0 was asked.
-        print(f"cuda-agent: listening on {bound_host}:{bound_port}", file=sys.stderr, flush=True)
+        scheme = "ws://" if websocket else ""
+        print(f"cuda-agent: listening on {scheme}{bound_host}:{bound_port}", file=sys.stderr, flush=True)
 
+    serve = serve_ws if websocket else serve_tcp
     try:
-        asyncio.run(serve_tcp(backend, host, port, token, announce))
+        asyncio.run(serve(backend, host, port, token, announce))
     except KeyboardInterrupt:
         pass
     finally:

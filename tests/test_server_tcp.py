@@ -1,4 +1,5 @@
-"""`cuda-agent serve --tcp`: clients come and go without the server ending; off loopback a token is needed.
+"""`cuda-agent serve --tcp` and `--ws`: clients come and go without the server ending; off loopback a token
+is needed.
 
 Traffic only ever goes to 127.0.0.1, also when the server listens on 0.0.0.0."""
 
@@ -24,10 +25,10 @@ KERNEL = """__global__ void axpy(float a, const float* x, float* y, int n) {
 
 
 @asynccontextmanager
-async def tcp_server(*options: str) -> AsyncIterator[int]:
-    """A `serve --tcp --port 0` process; yields the port it announced on stderr."""
+async def tcp_server(*options: str, transport: str = "--tcp") -> AsyncIterator[int]:
+    """A `serve --tcp --port 0` (or `--ws`) process; yields the port it announced on stderr."""
     process = await asyncio.create_subprocess_exec(
-        *SERVE, "--tcp", "--port", "0", *options, env=SERVER_ENV, stderr=subprocess.PIPE
+        *SERVE, transport, "--port", "0", *options, env=SERVER_ENV, stderr=subprocess.PIPE
     )
     try:
         assert process.stderr is not None
@@ -39,10 +40,13 @@ async def tcp_server(*options: str) -> AsyncIterator[int]:
         await process.wait()
 
 
-async def session(port: int, token: str | None = None) -> list[types.CodeLens]:
+async def session(port: int, token: str | None = None, transport: str = "--tcp") -> list[types.CodeLens]:
     """One client: connect, initialize, open a file, ask for code lens, shut down, exit, disconnect."""
     client = LanguageClient("tcp-test", "1")
-    await client.start_tcp("127.0.0.1", port)
+    if transport == "--ws":
+        await client.start_ws("127.0.0.1", port)
+    else:
+        await client.start_tcp("127.0.0.1", port)
     try:
         await client.initialize_async(
             types.InitializeParams(
@@ -67,10 +71,11 @@ async def session(port: int, token: str | None = None) -> list[types.CodeLens]:
         await client.stop()
 
 
-async def test_serves_one_client_after_another():
-    async with tcp_server() as port:
+@pytest.mark.parametrize("transport", ["--tcp", "--ws"])
+async def test_serves_one_client_after_another(transport: str):
+    async with tcp_server(transport=transport) as port:
         for _ in range(3):
-            lenses = await asyncio.wait_for(session(port), timeout=30)
+            lenses = await asyncio.wait_for(session(port, transport=transport), timeout=30)
             assert next(lens.command.title for lens in lenses if lens.command) == "▶ Optimize"
 
 
@@ -83,10 +88,11 @@ async def test_a_client_that_vanishes_mid_session_does_not_end_the_server():
         assert await asyncio.wait_for(session(port), timeout=30)
 
 
-def test_listening_beyond_loopback_without_a_token_is_refused():
+@pytest.mark.parametrize("transport", ["--tcp", "--ws"])
+def test_listening_beyond_loopback_without_a_token_is_refused(transport: str):
     env = {k: v for k, v in SERVER_ENV.items() if k != "CUDA_AGENT_TOKEN"}
     done = subprocess.run(
-        [*SERVE, "--tcp", "--host", "0.0.0.0", "--port", "0"],
+        [*SERVE, transport, "--host", "0.0.0.0", "--port", "0"],
         env=env,
         capture_output=True,
         text=True,
@@ -96,10 +102,11 @@ def test_listening_beyond_loopback_without_a_token_is_refused():
     assert "refusing to listen on 0.0.0.0 without a token" in done.stderr
 
 
-async def test_with_a_token_only_clients_presenting_it_are_served():
-    async with tcp_server("--host", "0.0.0.0", "--token", "s3cret") as port:
+@pytest.mark.parametrize("transport", ["--tcp", "--ws"])
+async def test_with_a_token_only_clients_presenting_it_are_served(transport: str):
+    async with tcp_server("--host", "0.0.0.0", "--token", "s3cret", transport=transport) as port:
         with pytest.raises(JsonRpcException, match="needs a token"):
-            await asyncio.wait_for(session(port, token="wrong"), timeout=30)
+            await asyncio.wait_for(session(port, token="wrong", transport=transport), timeout=30)
         with pytest.raises(JsonRpcException, match="needs a token"):
-            await asyncio.wait_for(session(port), timeout=30)
-        assert await asyncio.wait_for(session(port, token="s3cret"), timeout=30)
+            await asyncio.wait_for(session(port, transport=transport), timeout=30)
+        assert await asyncio.wait_for(session(port, token="s3cret", transport=transport), timeout=30)

@@ -11,7 +11,7 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform any -d "$tmp" \
   "pygls>=2.1,<3" "lsprotocol>=2025.0.0" "tree-sitter>=0.25,<0.27" "tree-sitter-cuda>=0.21,<0.22" \
-  "tree-sitter-toml>=0.7,<0.8" "diskcache>=5.6" "platformdirs>=4" "pytest-lsp==1.0.1" "pytest-asyncio>=0.24" \
+  "tree-sitter-toml>=0.7,<0.8" "diskcache>=5.6" "platformdirs>=4" "pytest-lsp==1.0.1" "pytest-asyncio>=0.24" "websockets>=13" \
   2> >(grep -v '^WARNING: Location' >&2)
 rm -rf .whl && mkdir .whl
 for w in "$tmp"/*.whl; do
