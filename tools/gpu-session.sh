@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run on the GPU machine (the device tool), from the repository root, with `.whl` carried:
+# Run on the GPU machine (the device tool), from the repository root, with `.whl` carried (made here by
+# `bash tools/gpu-wheels.sh`):
 #   bash tools/gpu-session.sh [pytest args...]          # install, then the GPU tests
 #   NO_TESTS=1 . tools/gpu-session.sh                   # install only, into this shell
 # Makes a venv that also sees the image's torch/cupy, installs our wheels and the project editable (as CI
