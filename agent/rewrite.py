@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from cuda_agent.agent.device_source import replace_span
 from cuda_agent.agent.kernels import Span, find_launch_sites
+from cuda_agent.agent.launch_sites import site_config
 from cuda_agent.agent.spec import LaunchSpec, render_spec
 from cuda_agent.agent.targets import KernelTarget, with_block
 
@@ -72,15 +73,17 @@ def with_launch(target: KernelTarget, launch: LaunchSpec, source: str | None = N
     kernel. `source` is the file with the kernel already rewritten (the spec comment sits above the
     kernel, so its positions are the same there); default: the target's own text. A rewrite that changes
     how many threads cover the data uses this, so re-reading the file gives the launch it was verified
-    with. Host `<<<...>>>` sites are left alone."""
+    with. Host `<<<...>>>` launches of the kernel are rewritten to match where the spec's sizes can be
+    stated in the call's terms (agent/launch_sites.py); others are left as they were."""
     assert target.spec is not None
     text = target.source if source is None else source
     spec = replace(target.spec, launch=launch)
+    edits = _site_edits(text, target, launch)
     if target.spec.inferred:
-        return replace_span(text, _empty_span_at(target.kernel.span), render_spec(spec) + "\n")
+        edits.append((_empty_span_at(target.kernel.span), render_spec(spec) + "\n"))
+        return _applied(text, edits)
     old = target.spec.launch
     spans = target.spec.value_spans
-    edits = []
     if target.spec.block_span is not None and launch.block != old.block:
         edits.append((target.spec.block_span, _block_text(launch.block)))
     grid_span = spans.get(("launch", "grid"))
@@ -93,6 +96,24 @@ def with_launch(target: KernelTarget, launch: LaunchSpec, source: str | None = N
             edits.append((shared_span, value))
         elif grid_span is not None:  # not written before: a new line under the grid
             edits.append((_empty_span_at_end(grid_span), f"\nshared_bytes = {value}"))
+    return _applied(text, edits)
+
+
+def _site_edits(text: str, target: KernelTarget, launch: LaunchSpec) -> list[tuple[Span, str]]:
+    assert target.spec is not None
+    if launch == target.spec.launch:
+        return []
+    edits = []
+    for site in find_launch_sites(text):
+        if site.kernel == target.kernel.name:
+            config = site_config(target.spec, target.kernel, launch, site)
+            if config is not None:
+                edits.append((site.config_span, config))
+    return edits
+
+
+def _applied(text: str, edits: list[tuple[Span, str]]) -> str:
+    # From the end of the file backwards, so earlier byte offsets stay valid.
     for span, new_text in sorted(edits, key=lambda e: e[0].start_byte, reverse=True):
         text = replace_span(text, span, new_text)
     return text
