@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
-from cuda_agent.agent.proposers.idioms.stencil import OUTPUTS_PER_THREAD
+from cuda_agent.agent.proposers.idioms.conv1d import OUTPUTS_PER_THREAD
 from cuda_agent.agent.rewrite import with_launch
 from cuda_agent.agent.spec import complete_sizes, resolve
 from cuda_agent.agent.targets import KernelTarget, load_targets
