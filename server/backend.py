@@ -20,6 +20,7 @@ from cuda_agent.agent.cache import ResultCache, result_key
 from cuda_agent.agent.engine import Engine, EngineSettings, Progress
 from cuda_agent.agent.optimize import OptimizeOutcome, optimize
 from cuda_agent.agent.targets import FileTargets, KernelTarget
+from cuda_agent.sandbox.protocol import TorchTimingResult
 from cuda_agent.server.rewrites import CandidateRow, MeasuredTime, OptimizeResult, Rewrite
 
 logger = logging.getLogger(__name__)
@@ -234,6 +235,22 @@ class Backend:
                 return None
             gpu = engine.gpu
             return _result(uri, version, outcome, gpu.name if gpu else "no GPU")
+
+        return await self._run(work)
+
+    async def time_torch(self, target: KernelTarget) -> tuple[MeasuredTime | None, MeasuredTime | None, str]:
+        """The spec's oracle timed eager and through torch.compile (cached by the engine); (None, None,
+        why) where there is none or it failed. Seconds on first use (torch.compile compiles), so jobs ask
+        after their result is already shown."""
+
+        def work() -> tuple[MeasuredTime | None, MeasuredTime | None, str]:
+            engine = self._get_engine()
+            timed = engine.time_torch(engine.baseline(target))  # the baseline is cached by the search
+            if not isinstance(timed, TorchTimingResult):
+                return None, None, timed.message
+            eager = _time(timed.eager) if timed.eager is not None else None
+            compiled = _time(timed.compiled) if timed.compiled is not None else None
+            return eager, compiled, timed.note
 
         return await self._run(work)
 

@@ -66,6 +66,14 @@ class SuggestionFeedback:
         if shown is not None:
             self._append(replace(shown[1], event=event, timestamp=now()))
 
+    def torch_timed(self, uri: str, kernel: str, torch_compile_ms: float | None) -> None:
+        """torch.compile's time, measured after the suggestion was shown: its decision record carries it."""
+        shown = self._shown.get((uri, kernel))
+        if shown is not None and torch_compile_ms is not None:
+            version, record = shown
+            measurement = replace(record.measurement, torch_compile_ms=torch_compile_ms)
+            self._shown[(uri, kernel)] = (version, replace(record, measurement=measurement))
+
     def text_changed(self, uri: str, version: int, text: str) -> None:
         """A new text of the document decides every suggestion made for older text: accepted when the
         text is now that rewrite, superseded by the user's own edit otherwise."""
@@ -119,6 +127,7 @@ def _shown_record(file_text: str, target: KernelTarget, result: OptimizeResult) 
             speedup=rewrite.speedup,
             ratio_ci=rewrite.ratio_ci,
             faster=True,
+            torch_compile_ms=result.torch_compile.median_ms if result.torch_compile else None,
         ),
         timestamp=now(),
     )

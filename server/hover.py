@@ -120,7 +120,15 @@ def timing_rows(result: OptimizeResult) -> list[str]:
         rows.append(_timing_row("original", original, "1.00×"))
     if rewrite is not None:
         rows.append(_timing_row(f"best: {rewrite.description}", rewrite.best, f"{rewrite.speedup:.2f}×"))
+    for label, timed in (("PyTorch eager (the spec's oracle)", result.torch_eager),
+                         ("torch.compile (the spec's oracle)", result.torch_compile)):  # fmt: skip
+        if timed is not None and original is not None:
+            rows.append(_timing_row(label, timed, f"{original.median_ms / timed.median_ms:.2f}×"))
     rows += ["", _cell(rewrite.decision if rewrite else result.explanation), ""]
+    if rewrite is not None and result.torch_compile is not None:
+        ratio = result.torch_compile.median_ms / rewrite.best.median_ms
+        verdict = "faster than" if ratio >= 1 else "slower than"
+        rows += [f"The rewrite is {ratio:.2f}× {verdict} torch.compile of the same function.", ""]
     rows += ["| candidate | proposer | result |", "|---|---|---|"]
     for c in result.candidates:
         speedup = f" {c.speedup:.2f}×" if c.speedup else ""

@@ -15,7 +15,7 @@ import asyncio
 import itertools
 import logging
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from cuda_agent.agent.targets import KernelTarget
@@ -185,7 +185,28 @@ class OptimizationJobs:
         host.publish(document)
         host.feedback.shown(document.text, target, result)  # the text is still the optimized version
         host.send_result(result)
+        if result.rewrite is not None and target.spec is not None and target.spec.oracle:
+            result = await self._with_torch(document, version, target, result)
         await host.backend.remember(document.text, result)
+
+    async def _with_torch(
+        self, document: Document, version: int, target: KernelTarget, result: OptimizeResult
+    ) -> OptimizeResult:
+        """The rewrite against the spec's PyTorch oracle, eager and torch.compile: measured after the
+        rewrite is shown (torch.compile takes seconds), then shown too (hover, the result notification)
+        and kept with the suggestion's feedback record (RL's "faster than torch.compile" milestone)."""
+        host = self._host
+        eager, compiled, note = await host.backend.time_torch(target)
+        timed = replace(result, torch_eager=eager, torch_compile=compiled, torch_note=note)
+        if (
+            not host.documents.is_current(document, version)
+            or document.results.get(result.kernel) is not result
+        ):
+            return timed  # the text changed, or the suggestion was decided, meanwhile
+        document.results[result.kernel] = timed
+        host.feedback.torch_timed(result.uri, result.kernel, compiled.median_ms if compiled else None)
+        host.send_result(timed)
+        return timed
 
 
 async def _begin_progress(progress: Progress, token: str, kernel: str) -> Future[Any] | None:

@@ -63,6 +63,11 @@ class OptimizeResult:
     original: MeasuredTime | None
     rewrite: Rewrite | None
     candidates: tuple[CandidateRow, ...]
+    # The spec's PyTorch oracle at the same size, timed after the search (what the user would otherwise
+    # run): eager and torch.compile; None until timed, or where there is no oracle (see torch_note).
+    torch_eager: MeasuredTime | None = None
+    torch_compile: MeasuredTime | None = None
+    torch_note: str = ""
 
     @property
     def rewrite_id(self) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+"""A result with its PyTorch comparison: the hover rows and the feedback record that carries it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from cuda_agent.agent.feedback import read_records
+from cuda_agent.agent.targets import load_targets
+from cuda_agent.server.feedback import SuggestionFeedback
+from cuda_agent.server.hover import timing_rows
+from cuda_agent.server.rewrites import MeasuredTime, OptimizeResult, Rewrite
+
+ROOT = Path(__file__).resolve().parents[1]
+ELEMENTWISE = (ROOT / "examples" / "elementwise.cu").read_text()
+
+
+def time(ms: float) -> MeasuredTime:
+    return MeasuredTime(ms, ms * 0.99, ms * 1.01, 100)
+
+
+RESULT = OptimizeResult(
+    uri="file:///w/elementwise.cu", version=3, kernel="saxpy", gpu="NVIDIA H200", input_sets=5, sizes=2,
+    explanation="", measured_at="2026-11-29T22:00:00+00:00", original=time(0.0832),
+    rewrite=Rewrite("c1", "block 256", "launch-config", ELEMENTWISE.replace("[128]", "[256]"), (),
+                    0.0832 / 0.0653, time(0.0832), time(0.0653), "faster"),
+    candidates=(),
+)  # fmt: skip
+
+
+def test_hover_compares_the_rewrite_with_torch_compile_once_timed() -> None:
+    assert not any("torch.compile" in row for row in timing_rows(RESULT))
+    rows = timing_rows(replace(RESULT, torch_eager=time(0.1700), torch_compile=time(0.0850)))
+    assert any(
+        row.startswith("| PyTorch eager (the spec's oracle) | 0.1700 ms |") and "| 0.49× |" in row
+        for row in rows
+    )
+    assert any(row.startswith("| torch.compile (the spec's oracle) | 0.0850 ms |") for row in rows)
+    assert "The rewrite is 1.30× faster than torch.compile of the same function." in rows
+    slower = timing_rows(replace(RESULT, torch_compile=time(0.0500)))
+    assert "The rewrite is 0.77× slower than torch.compile of the same function." in slower
+
+
+def test_a_decision_record_carries_torch_compile_measured_after_the_suggestion_was_shown(
+    tmp_path: Path,
+) -> None:
+    target = load_targets(Path("elementwise.cu"), ELEMENTWISE).find("saxpy")
+    assert target is not None
+    feedback = SuggestionFeedback()
+    feedback.configure(tmp_path, enabled=True)
+    feedback.shown(ELEMENTWISE, target, RESULT)
+    feedback.torch_timed(RESULT.uri, "saxpy", 0.0850)
+    feedback.decided(RESULT.uri, "saxpy", "accepted")
+    shown, accepted = read_records(feedback.log_path)  # type: ignore[arg-type]
+    assert shown.event == "shown" and shown.measurement.torch_compile_ms is None  # not known yet then
+    assert accepted.event == "accepted" and accepted.measurement.torch_compile_ms == 0.0850
