@@ -22,6 +22,7 @@ from tests.server_support import (
     edits_for,
     open_document,
     replace_text,
+    wait_until,
 )
 from tests.test_server_jobs import ELEMENTWISE, is_rewrite, make_client, rewrite_actions
 
@@ -69,6 +70,13 @@ async def test_a_save_on_a_gpu_offers_a_measured_verified_rewrite(client: Langua
     speedup, before, after = (float(g) for g in match.groups())
     assert speedup > 1.0 and after < before
     print(f"\nsave → first verified rewrite shown: {seconds:.1f} s ({rewrite.message})")
+
+    # Then the spec's oracle is timed (eager and torch.compile) and the result sent again with it.
+    results = client.results  # type: ignore[attr-defined]
+    await wait_until(lambda: any(r.torch_note for r in results), 180.0, "the PyTorch comparison")
+    timed = next(r for r in results if r.torch_note)
+    assert timed.torch_compile is not None and timed.torch_compile.median_ms > 0, timed.torch_note
+    print(f"torch.compile of the oracle: {timed.torch_compile.median_ms:.4f} ms ({timed.torch_note})")
 
     actions = await rewrite_actions(client, uri, [rewrite])
     resolved = await client.code_action_resolve_async(actions[0])
