@@ -63,9 +63,11 @@ def _inferred(kernel: Kernel, text: str, data: bytes, tree: Tree) -> tuple[Kerne
     return found
 
 
-def load_targets(path: Path, source: str | None = None) -> FileTargets:
+def load_targets(path: Path, source: str | None = None, tree: Tree | None = None) -> FileTargets:
+    """The file's kernels with their specs. `tree`: the source's parse when the caller has one (the
+    language server reparses incrementally after an edit)."""
     text = path.read_text(encoding="utf-8", errors="replace") if source is None else source
-    tree = parse_cuda(text)  # once: inference reads every kernel from it (a parse each was quadratic)
+    tree = tree or parse_cuda(text)  # once: inference reads every kernel from it (a parse each was quadratic)
     data = text.encode("utf-8")
     kernels = find_kernels(text, tree)
     specs, errors = parse_specs(text, kernels, tree)
