@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cuda_agent.server.documents import analyse
+import pytest
+from cuda_agent.agent import kernels, targets
+from cuda_agent.server.documents import Analysis, analyse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,10 +17,19 @@ TEXT = (ROOT / "examples" / "elementwise.cu").read_text() + (
 ).read_text()
 PATH = Path("edited.cu")
 SNIPPETS = ["", "x", "\n", "}", "{", "/*", "*/", "__global__ void k(float* y) { y[0] = 1; }\n", "é",
-            "[launch]\n", "block = [64]", "int n", ";", "// c\n"]  # fmt: skip
+            "[launch]\n", "block = [64]", "int n", ";", "// c\n", "namespace ops {\n", 'extern "C" {\n',
+            "template <typename T>\n", "  "]  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
+def fresh(text: str, version: int) -> Analysis:
+    """A parse from nothing, with the caches of earlier analyses (kernels, inferred specs) emptied: the
+    reference the incremental, cached path must equal."""
+    kernels._KNOWN.clear()
+    targets._INFERRED.clear()
+    return analyse(PATH, text, version)[0]
+
+
+@settings(max_examples=150, deadline=None)
 @given(
     edits=st.lists(
         st.tuples(st.integers(0, len(TEXT)), st.integers(0, 40), st.sampled_from(SNIPPETS)),
@@ -33,15 +44,30 @@ def test_incremental_reparse_gives_the_fresh_analysis(edits: list[tuple[int, int
         start = min(start, len(text))
         text = text[:start] + inserted + text[start + length :]
         analysis, parsed = analyse(PATH, text, version, parsed)
-        fresh, _ = analyse(PATH, text, version)
-        assert analysis.targets == fresh.targets
-        assert analysis.lines == fresh.lines
+        reference = fresh(text, version)
+        assert analysis.targets == reference.targets
+        assert analysis.lines == reference.lines
 
 
 def test_an_edit_on_a_kernels_first_line_moves_its_columns() -> None:
     _, parsed = analyse(PATH, TEXT, 1)
     edited = TEXT.replace("__global__ void saxpy", "static __global__ void saxpy", 1)
     analysis, _ = analyse(PATH, edited, 2, parsed)
-    assert analysis.targets == analyse(PATH, edited, 2)[0].targets
+    assert analysis.targets == fresh(edited, 2).targets
     saxpy = analysis.target_named("saxpy")
     assert saxpy is not None and saxpy.kernel.name_span.start_column == len("static __global__ void ")
+
+
+@pytest.mark.parametrize(("opening", "check"), [
+    ('extern "C" {\n', lambda k: k.extern_c),
+    ("namespace ops {\n", lambda k: k.qualified_name == "ops::saxpy"),
+])  # fmt: skip
+def test_a_kernel_wrapped_by_an_edit_is_read_in_its_new_context(opening: str, check: object) -> None:
+    _, parsed = analyse(PATH, TEXT, 1)
+    start = TEXT.index("__global__ void saxpy")
+    end = TEXT.index("}\n", start) + 2
+    wrapped = TEXT[:start] + opening + TEXT[start:end] + "}\n" + TEXT[end:]
+    analysis, _ = analyse(PATH, wrapped, 2, parsed)
+    saxpy = analysis.target_named("saxpy")
+    assert saxpy is not None and check(saxpy.kernel)  # type: ignore[operator]
+    assert analysis.targets == fresh(wrapped, 2).targets

@@ -44,7 +44,7 @@ def parse_specs(
     specs: dict[str, KernelSpec] = {}
     claimed: dict[str, SpecComment] = {}  # kernel name -> the comment that holds its spec
     errors: list[SpecError] = []
-    for comment in find_spec_comments(data, tree):
+    for comment in find_spec_comments(data, tree, index):
         kernel, spec, spec_errors = _parse_one(comment, kernels, index)
         if kernel is not None and kernel.name in claimed:
             first = claimed[kernel.name].span.start_line + 1

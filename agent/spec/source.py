@@ -6,17 +6,11 @@ from __future__ import annotations
 import bisect
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache
 
 import tree_sitter
-from cuda_agent.agent.kernels import Span, cuda_language, parse_cuda
+from cuda_agent.agent.kernels import Span, parse_cuda
 
 MARKER = "cuda-agent"
-
-
-@lru_cache(maxsize=1)
-def _comment_query() -> tree_sitter.Query:
-    return tree_sitter.Query(cuda_language(), "(comment) @comment")
 
 
 class LineIndex:
@@ -57,14 +51,31 @@ class SpecComment:
         return line, start + column
 
 
-def find_spec_comments(source: str | bytes, tree: tree_sitter.Tree | None = None) -> list[SpecComment]:
-    """Every block comment that starts with `/* cuda-agent`, in file order. `tree`: the file's parse."""
+def find_spec_comments(
+    source: str | bytes, tree: tree_sitter.Tree | None = None, index: LineIndex | None = None
+) -> list[SpecComment]:
+    """Every block comment that starts with `/* cuda-agent`, in file order. `tree`: the file's parse;
+    `index`: its line index, when the caller has them."""
     data = source.encode() if isinstance(source, str) else source
     tree = tree or parse_cuda(data)
-    nodes = tree_sitter.QueryCursor(_comment_query()).captures(tree.root_node).get("comment", [])
-    index = LineIndex(data)
-    comments = [_spec_comment(node, index) for node in sorted(nodes, key=lambda node: node.start_byte)]
+    index = index or LineIndex(data)
+    comments = [_spec_comment(node, index) for node in _marked_comments(data, tree)]
     return [comment for comment in comments if comment is not None]
+
+
+def _marked_comments(data: bytes, tree: tree_sitter.Tree) -> list[tree_sitter.Node]:
+    """The comment nodes that contain the marker, in file order: found from the marker's occurrences
+    (bytes.find) rather than by visiting every comment of the file (a query over a 5,000-line file took
+    10 ms, on every edit the language server analyses)."""
+    found: dict[int, tree_sitter.Node] = {}
+    marker = MARKER.encode()
+    at = data.find(marker)
+    while at != -1:
+        node = tree.root_node.descendant_for_byte_range(at, at + len(marker))
+        if node is not None and node.type == "comment":
+            found.setdefault(node.start_byte, node)
+        at = data.find(marker, at + len(marker))
+    return [found[start] for start in sorted(found)]
 
 
 def _spec_comment(node: tree_sitter.Node, index: LineIndex) -> SpecComment | None:
