@@ -622,6 +622,26 @@ def writes(node: Node, tree: KernelTree) -> list[Node]:
     return found
 
 
+def is_name(node: Node, name: str, tree: KernelTree) -> bool:
+    """Whether the expression is the identifier `name`, parentheses aside."""
+    node = strip_parens(node)
+    return node.type == "identifier" and tree.text(node) == name
+
+
+def is_barrier(statement: Node, tree: KernelTree) -> bool:
+    """Whether the statement is `__syncthreads();`."""
+    if statement.type != "expression_statement" or statement.named_child_count != 1:
+        return False
+    call = strip_parens(statement.named_children[0])
+    function = call.child_by_field_name("function")
+    return (
+        call.type == "call_expression"
+        and function is not None
+        and tree.text(function) == "__syncthreads"
+        and not arguments(call)
+    )
+
+
 def has_any(node: Node, types: Iterable[str]) -> bool:
     wanted = set(types)
     return any(n.type in wanted for n in walk(node))

@@ -35,6 +35,8 @@ from cuda_agent.agent.proposers.tree import (
     arguments,
     element_type,
     identifiers,
+    is_barrier,
+    is_name,
     linear_form,
     operands,
     statements,
@@ -106,7 +108,7 @@ def _block_reduction(tree: KernelTree) -> tuple[ElementLoop, str] | None:
         return None
     rest = body[count:]
     load, used = _load(rest, names, tree)
-    if load is None or len(rest) != used + 3 or not _is_barrier(rest[used], tree):
+    if load is None or len(rest) != used + 3 or not is_barrier(rest[used], tree):
         return None
     kind = _tree_loop(rest[used + 1], names, block, tree)
     final = _final_atomic(rest[used + 2], names, tree)
@@ -305,7 +307,7 @@ def _bounds_check(condition: Node, index: str, tree: KernelTree) -> tuple[Node, 
     if condition.type != "binary_expression" or op is None or left is None or right is None:
         return None
     for mine, other, below, above in ((left, right, "<", ">="), (right, left, ">", "<=")):
-        if _is_name(mine, index, tree) and op.type in (below, above):
+        if is_name(mine, index, tree) and op.type in (below, above):
             return other, op.type == below
     return None
 
@@ -351,7 +353,7 @@ def _tree_loop(node: Node, names: _Names, block: int, tree: KernelTree) -> str |
         return None
     step = tree.text(name)
     inside = statements(body)
-    if len(inside) != 2 or inside[0].type != "if_statement" or not _is_barrier(inside[1], tree):
+    if len(inside) != 2 or inside[0].type != "if_statement" or not is_barrier(inside[1], tree):
         return None
     guard, combine, alternative = _if_parts(inside[0])
     if guard is None or combine is None or alternative is not None:
@@ -409,14 +411,9 @@ def _is_slot(node: Node, names: _Names, tree: KernelTree, *, offset: str | None)
         return _is_thread(index, names.threads, tree)
     terms = operands(index, "+")
     return len(terms) == 2 and any(
-        _is_thread(t, names.threads, tree) and _is_name(other, offset, tree)
+        _is_thread(t, names.threads, tree) and is_name(other, offset, tree)
         for t, other in (terms, terms[::-1])
     )
-
-
-def _is_name(node: Node, name: str, tree: KernelTree) -> bool:
-    node = strip_parens(node)
-    return node.type == "identifier" and tree.text(node) == name
 
 
 def _is_block_size(node: Node, block: int, tree: KernelTree) -> bool:
@@ -441,7 +438,7 @@ def _below(condition: Node, step: str, block: int, tree: KernelTree) -> bool:
     op, left, right = (condition.child_by_field_name(f) for f in ("operator", "left", "right"))
     if condition.type != "binary_expression" or op is None or left is None or right is None:
         return False
-    return op.type == "<" and _is_name(left, step, tree) and _is_block_size(right, block, tree)
+    return op.type == "<" and is_name(left, step, tree) and _is_block_size(right, block, tree)
 
 
 def _positive(condition: Node, step: str, tree: KernelTree) -> bool:
@@ -450,9 +447,9 @@ def _positive(condition: Node, step: str, tree: KernelTree) -> bool:
     op, left, right = (condition.child_by_field_name(f) for f in ("operator", "left", "right"))
     if condition.type != "binary_expression" or op is None or left is None or right is None:
         return False
-    if _is_name(left, step, tree):
+    if is_name(left, step, tree):
         return (op.type, _integer(right, tree)) in {(">", 0), (">=", 1), ("!=", 0)}
-    return _is_name(right, step, tree) and (op.type, _integer(left, tree)) in {("<", 0), ("<=", 1), ("!=", 0)}
+    return is_name(right, step, tree) and (op.type, _integer(left, tree)) in {("<", 0), ("<=", 1), ("!=", 0)}
 
 
 def _scaled(update: Node, step: str, tree: KernelTree) -> str | None:
@@ -462,13 +459,13 @@ def _scaled(update: Node, step: str, tree: KernelTree) -> str | None:
     op, left, right = (update.child_by_field_name(f) for f in ("operator", "left", "right"))
     if update.type != "assignment_expression" or op is None or left is None or right is None:
         return None
-    if not _is_name(left, step, tree):
+    if not is_name(left, step, tree):
         return None
     number = _integer(right, tree)
     compound = {("*=", 2): DOUBLED, ("<<=", 1): DOUBLED, (">>=", 1): HALVED, ("/=", 2): HALVED}
     if (op.type, number) in compound:
         return compound[(op.type, number)]
-    if op.type == "+=" and _is_name(right, step, tree):
+    if op.type == "+=" and is_name(right, step, tree):
         return DOUBLED
     if op.type != "=":
         return None
@@ -478,7 +475,7 @@ def _scaled(update: Node, step: str, tree: KernelTree) -> str | None:
     shift, base, amount = (right.child_by_field_name(f) for f in ("operator", "left", "right"))
     if right.type != "binary_expression" or shift is None or base is None or amount is None:
         return None
-    if not _is_name(base, step, tree):
+    if not is_name(base, step, tree):
         return None
     return {("<<", 1): DOUBLED, (">>", 1): HALVED, ("/", 2): HALVED}.get((shift.type, _integer(amount, tree)))
 
@@ -519,7 +516,7 @@ def _partner_in_block(node: Node, step: str, names: _Names, block: int, tree: Ke
     return (
         len(terms) == 2
         and any(
-            _is_thread(t, names.threads, tree) and _is_name(o, step, tree) for t, o in (terms, terms[::-1])
+            _is_thread(t, names.threads, tree) and is_name(o, step, tree) for t, o in (terms, terms[::-1])
         )
         and _is_block_size(right, block, tree)
     )
@@ -531,8 +528,8 @@ def _lower_half(guard: Node, step: str, names: _Names, tree: KernelTree) -> bool
     op, left, right = (guard.child_by_field_name(f) for f in ("operator", "left", "right"))
     if guard.type != "binary_expression" or op is None or left is None or right is None:
         return False
-    return (op.type == "<" and _is_thread(left, names.threads, tree) and _is_name(right, step, tree)) or (
-        op.type == ">" and _is_name(left, step, tree) and _is_thread(right, names.threads, tree)
+    return (op.type == "<" and _is_thread(left, names.threads, tree) and is_name(right, step, tree)) or (
+        op.type == ">" and is_name(left, step, tree) and _is_thread(right, names.threads, tree)
     )
 
 
@@ -611,17 +608,3 @@ def _assignment(statement: Node | None) -> tuple[Node, str, Node] | None:
     if expression.type != "assignment_expression" or left is None or op is None or right is None:
         return None
     return left, op.type, right
-
-
-def _is_barrier(node: Node, tree: KernelTree) -> bool:
-    """`__syncthreads();`"""
-    if node.type != "expression_statement" or node.named_child_count != 1:
-        return False
-    call = node.named_children[0]
-    function = call.child_by_field_name("function")
-    return (
-        call.type == "call_expression"
-        and function is not None
-        and tree.text(function) == "__syncthreads"
-        and not arguments(call)
-    )

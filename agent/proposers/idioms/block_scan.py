@@ -37,6 +37,8 @@ from cuda_agent.agent.proposers.tree import (
     build_candidate,
     fresh_names,
     identifiers,
+    is_barrier,
+    is_name,
     line_indent,
     single_declaration,
     statements,
@@ -165,7 +167,7 @@ def _doubling_header(tree: KernelTree, loop: Node) -> tuple[str, Node] | None:
     left, op, bound = (condition.child_by_field_name(f) for f in ("left", "operator", "right"))
     if condition.type != "binary_expression" or left is None or op is None or bound is None:
         return None
-    if op.type != "<" or not _is_name(tree, left, offset) or offset in identifiers(bound):
+    if op.type != "<" or not is_name(left, offset, tree) or offset in identifiers(bound):
         return None
     return (offset, bound) if _doubles(tree, update, offset) else None
 
@@ -175,21 +177,21 @@ def _doubles(tree: KernelTree, update: Node, name: str) -> bool:
     left, op, right = (update.child_by_field_name(f) for f in ("left", "operator", "right"))
     if update.type != "assignment_expression" or left is None or op is None or right is None:
         return False
-    if not _is_name(tree, left, name):
+    if not is_name(left, name, tree):
         return False
     if op.type in ("<<=", "*="):
         return _literal(right) == (1 if op.type == "<<=" else 2)
     if op.type == "+=":
-        return _is_name(tree, right, name)
+        return is_name(right, name, tree)
     right = strip_parens(right)
     a, operator, b = (right.child_by_field_name(f) for f in ("left", "operator", "right"))
     if op.type != "=" or right.type != "binary_expression" or a is None or operator is None or b is None:
         return False
     if operator.type == "<<":
-        return _is_name(tree, a, name) and _literal(b) == 1
+        return is_name(a, name, tree) and _literal(b) == 1
     if operator.type == "*":
-        return any(_is_name(tree, x, name) and _literal(y) == 2 for x, y in ((a, b), (b, a)))
-    return operator.type == "+" and _is_name(tree, a, name) and _is_name(tree, b, name)
+        return any(is_name(x, name, tree) and _literal(y) == 2 for x, y in ((a, b), (b, a)))
+    return operator.type == "+" and is_name(a, name, tree) and is_name(b, name, tree)
 
 
 def _scan_body(tree: KernelTree, body: Node, offset: str, loop: Node) -> tuple[str, Node] | None:
@@ -211,7 +213,7 @@ def _scan_body(tree: KernelTree, body: Node, offset: str, loop: Node) -> tuple[s
     else:
         read = _guarded_read(tree, value, offset, loop)
     *_, first_wait, add, second_wait = parts
-    if read is None or not (_is_barrier(tree, first_wait) and _is_barrier(tree, second_wait)):
+    if read is None or not (is_barrier(first_wait, tree) and is_barrier(second_wait, tree)):
         return None
     array, _ = read
     slot = _added_slot(tree, add, array, left, loop)
@@ -255,7 +257,7 @@ def _guarded_assignment(
     target, op, read = (expression.child_by_field_name(f) for f in ("left", "operator", "right"))
     if expression.type != "assignment_expression" or target is None or op is None or read is None:
         return None
-    if op.type != "=" or not _is_name(tree, target, left):
+    if op.type != "=" or not is_name(target, left, tree):
         return None
     return _left_neighbour(tree, read, offset, loop)
 
@@ -267,8 +269,8 @@ def _is_guard(tree: KernelTree, condition: Node, offset: str, loop: Node) -> boo
     if condition.type != "binary_expression" or a is None or op is None or b is None:
         return False
     if op.type == ">=":
-        return _is_thread(tree, a, loop) and _is_name(tree, b, offset)
-    return op.type == "<=" and _is_name(tree, a, offset) and _is_thread(tree, b, loop)
+        return _is_thread(tree, a, loop) and is_name(b, offset, tree)
+    return op.type == "<=" and is_name(a, offset, tree) and _is_thread(tree, b, loop)
 
 
 def _left_neighbour(tree: KernelTree, read: Node, offset: str, loop: Node) -> tuple[str, Node] | None:
@@ -281,7 +283,7 @@ def _left_neighbour(tree: KernelTree, read: Node, offset: str, loop: Node) -> tu
     a, op, b = (index.child_by_field_name(f) for f in ("left", "operator", "right"))
     if index.type != "binary_expression" or a is None or op is None or b is None or op.type != "-":
         return None
-    return (array, read) if _is_thread(tree, a, loop) and _is_name(tree, b, offset) else None
+    return (array, read) if _is_thread(tree, a, loop) and is_name(b, offset, tree) else None
 
 
 def _added_slot(tree: KernelTree, statement: Node, array: str, left: str, loop: Node) -> Node | None:
@@ -295,7 +297,7 @@ def _added_slot(tree: KernelTree, statement: Node, array: str, left: str, loop: 
     if not _is_own_slot(tree, target, array, loop):
         return None
     if op.type == "+=":
-        return target if _is_name(tree, right, left) else None
+        return target if is_name(right, left, tree) else None
     right = strip_parens(right)
     a, plus, b = (right.child_by_field_name(f) for f in ("left", "operator", "right"))
     if op.type != "=" or right.type != "binary_expression" or a is None or plus is None or b is None:
@@ -303,7 +305,7 @@ def _added_slot(tree: KernelTree, statement: Node, array: str, left: str, loop: 
     if plus.type != "+":
         return None
     pairs = ((a, b), (b, a))
-    found = any(_is_own_slot(tree, x, array, loop) and _is_name(tree, y, left) for x, y in pairs)
+    found = any(_is_own_slot(tree, x, array, loop) and is_name(y, left, tree) for x, y in pairs)
     return target if found else None
 
 
@@ -312,26 +314,7 @@ def _is_own_slot(tree: KernelTree, node: Node, array: str, loop: Node) -> bool:
     return parts is not None and parts[0] == array and _is_thread(tree, parts[1], loop)
 
 
-def _is_barrier(tree: KernelTree, statement: Node) -> bool:
-    if statement.type != "expression_statement" or statement.named_child_count != 1:
-        return False
-    call = strip_parens(statement.named_children[0])
-    function, args = call.child_by_field_name("function"), call.child_by_field_name("arguments")
-    return (
-        call.type == "call_expression"
-        and function is not None
-        and tree.text(function) == "__syncthreads"
-        and args is not None
-        and args.named_child_count == 0
-    )
-
-
 # -- names, declarations and constants -----------------------------------------------------------------
-
-
-def _is_name(tree: KernelTree, node: Node, name: str) -> bool:
-    node = strip_parens(node)
-    return node.type == "identifier" and tree.text(node) == name
 
 
 def _is_zero(node: Node) -> bool:
@@ -381,11 +364,11 @@ def _is_thread_name(tree: KernelTree, name: str, loop: Node) -> bool:
         value = inner
     if not _is_builtin_x(value, "threadIdx"):
         return False
-    written = any(_is_name(tree, target, name) for target in writes(tree.body, tree))
+    written = any(is_name(target, name, tree) for target in writes(tree.body, tree))
     referenced = any(
         n.type == "pointer_expression"
         and (argument := n.child_by_field_name("argument")) is not None
-        and _is_name(tree, argument, name)
+        and is_name(argument, name, tree)
         for n in walk(tree.body)
     )
     return not written and not referenced
