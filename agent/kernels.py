@@ -10,12 +10,12 @@ What tree-sitter cannot see, we do not guess: a kernel whose `__global__` comes 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 
 import tree_sitter_cuda
+from cuda_agent.agent.memo import BoundedMemo
 from tree_sitter import Language, Node, Parser, Point, Tree
 
 
@@ -193,9 +193,7 @@ def find_kernels(source: str, tree: Tree | None = None) -> list[Kernel]:
 # and an unchanged kernel that only moved is the same Kernel with its positions shifted (reading 275
 # kernels took 12 ms of a 5,000-line file's analysis). Kernels with syntax errors are always read anew:
 # tree-sitter's recovery depends on what surrounds them.
-_KNOWN: OrderedDict[tuple[bytes, int, tuple[str, ...], bool], Kernel] = OrderedDict()
-_KNOWN_MAX = 4096
-_KNOWN_LOCK = threading.Lock()
+_KNOWN: BoundedMemo[tuple[bytes, int, tuple[str, ...], bool], Kernel] = BoundedMemo()
 
 
 def _known_kernel(definition: Node, data: bytes) -> Kernel:
@@ -210,17 +208,7 @@ def _known_kernel(definition: Node, data: bytes) -> Kernel:
         tuple(_enclosing_namespaces(definition, data)),
         _is_extern_c(definition, data),
     )
-    with _KNOWN_LOCK:
-        known = _KNOWN.get(key)
-        if known is not None:
-            _KNOWN.move_to_end(key)
-    if known is None:
-        kernel = _kernel(definition, data)
-        with _KNOWN_LOCK:
-            _KNOWN[key] = kernel
-            if len(_KNOWN) > _KNOWN_MAX:
-                _KNOWN.popitem(last=False)
-        return kernel
+    known = _KNOWN.get_or_make(key, lambda: _kernel(definition, data))
     return _moved(
         known, outer.start_byte - known.span.start_byte, outer.start_point.row - known.span.start_line
     )
@@ -514,6 +502,8 @@ def _template_parameter_name(node: Node, data: bytes) -> str:
 def find_launch_sites(source: str, tree: Tree | None = None) -> list[LaunchSite]:
     """Every `kernel<<<config>>>(arguments)` call, in source order."""
     data = source.encode("utf-8")
+    if b"<<<" not in data:
+        return []  # most kernel files launch nothing: no parse (rewrites ask once per candidate)
     root = (tree or parse_cuda(data)).root_node
     return [
         _launch_site(call, data)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cuda_agent.agent.kernels import Kernel, find_kernels, parse_cuda
+from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.spec import KernelSpec, SpecError, complete_sizes, infer_spec, parse_specs, resolve
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
 from tree_sitter import Tree
@@ -43,24 +42,12 @@ class FileTargets:
 
 # Inference reads only the kernel's own text, so its answer is kept per definition text: the language
 # server re-analyses a file on every edit, and a 5,000-line file re-inferred every kernel (~0.3 s).
-_INFERRED: OrderedDict[bytes, tuple[KernelSpec | None, str]] = OrderedDict()
-_INFERRED_MAX = 4096
-_INFERRED_LOCK = threading.Lock()  # the server analyses documents on several threads
+_INFERRED: BoundedMemo[bytes, tuple[KernelSpec | None, str]] = BoundedMemo()
 
 
 def _inferred(kernel: Kernel, text: str, data: bytes, tree: Tree) -> tuple[KernelSpec | None, str]:
     key = data[kernel.span.start_byte : kernel.span.end_byte]
-    with _INFERRED_LOCK:
-        found = _INFERRED.get(key)
-        if found is not None:
-            _INFERRED.move_to_end(key)
-            return found
-    found = infer_spec(kernel, text, tree)
-    with _INFERRED_LOCK:
-        _INFERRED[key] = found
-        if len(_INFERRED) > _INFERRED_MAX:
-            _INFERRED.popitem(last=False)
-    return found
+    return _INFERRED.get_or_make(key, lambda: infer_spec(kernel, text, tree))
 
 
 def load_targets(path: Path, source: str | None = None, tree: Tree | None = None) -> FileTargets:
