@@ -59,27 +59,17 @@ def oracle_function(
     module = ast.fix_missing_locations(ast.Module([function], type_ignores=[]))
     namespace: dict[str, Any] = {
         "__builtins__": {}, "torch": torch, "math": math, "F": torch.nn.functional,
-        **problem.sizes, **constants, "_written_out": _written_out(torch),
+        **problem.sizes, **constants, "_written_out": _written_out,
     }  # fmt: skip
     exec(compile(module, f"<oracle of {problem.label}>", "exec"), namespace)
     return namespace["reference"], tuple(outputs)
 
 
-def _written_out(torch: Any) -> Callable[[Any], Any]:
+def _written_out(value: Any) -> Any:
     """A tensor as a contiguous tensor of its own (a copy only when it is a strided view, as `.T` is).
     Uses no builtins: Dynamo resolves them in the oracle's namespace, which has none (seen as
     "KeyError: isinstance" after a graph break in `torch.bincount`)."""
-    if not hasattr(torch, "Tensor"):  # the CPU tests' stand-in for torch: arrays are already written out
-        return _unchanged
-
-    def written_out(value: Any) -> Any:
-        return value.contiguous()
-
-    return written_out
-
-
-def _unchanged(value: Any) -> Any:
-    return value
+    return value.contiguous()
 
 
 class _Inputs:

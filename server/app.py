@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from cuda_agent.server import actions, diagnostics, hover, lenses
 from cuda_agent.server.access import presented_token, token_accepted
-from cuda_agent.server.backend import Backend
+from cuda_agent.server.backend import Backend, GpuStatus
 from cuda_agent.server.documents import (
     Analysis,
     Document,
@@ -384,7 +384,7 @@ async def _command_target(ls: CudaAgentServer, arguments: tuple[Any, ...]) -> tu
     return (document, target) if target is not None else None
 
 
-async def _gpu_or_say_why(ls: CudaAgentServer) -> Any:
+async def _gpu_or_say_why(ls: CudaAgentServer) -> GpuStatus | None:
     """The GPU status when there is one; else None, after telling the user once per session, clearly
     (later attempts only log it)."""
     gpu = await ls.backend.gpu_status()
