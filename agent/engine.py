@@ -207,12 +207,16 @@ class Engine:
         candidates: Sequence[Candidate],
         progress: Progress | None = None,
         on_result: Callable[[CandidateResult], None] | None = None,
+        keep_going: Callable[[], bool] | None = None,
     ) -> list[CandidateResult]:
-        """Compile all candidates in parallel on the CPU, then verify and time each on the GPU in turn."""
+        """Compile all candidates in parallel on the CPU, then verify and time each on the GPU in turn,
+        while `keep_going()` (a search's time budget): the candidates left then are not evaluated."""
         with ThreadPoolExecutor(max_workers=4) as pool:
             compiled = list(pool.map(lambda c: self.compile(baseline.target, c.source, c), candidates))
         results = []
         for candidate, compile_result in zip(candidates, compiled, strict=True):
+            if keep_going is not None and not keep_going():
+                break
             result = self._evaluate_one(baseline, candidate, compile_result)
             results.append(result)
             if progress is not None:
