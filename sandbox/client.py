@@ -165,12 +165,15 @@ class Sandbox:
             except (OSError, ValueError) as exc:
                 return self._lost(worker, "crash", f"the GPU worker could not take the request: {exc}")
             deadline = time.monotonic() + self.timeout_s
+            last_word = "the request was sent"
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    # The last heartbeat says where it stopped: in a kernel, or (a bug of ours) host work.
                     return self._lost(
-                        worker, "timeout", f"timed out after {self.timeout_s:.1f} s (kernel did not finish)"
-                    )
+                        worker, "timeout", f"timed out after {self.timeout_s:.1f} s (kernel did not finish; "
+                        f"last word from the worker: {last_word})",
+                    )  # fmt: skip
                 try:
                     if not worker.conn.poll(min(remaining, 0.25)):
                         if not worker.process.is_alive() and not worker.conn.poll(0):
@@ -181,6 +184,7 @@ class Sandbox:
                     return self._lost(worker, "crash", f"the GPU worker {worker.exit_reason()}")
                 if isinstance(reply, Heartbeat):
                     deadline = time.monotonic() + self.timeout_s + reply.expect_silence_s
+                    last_word = reply.note
                     if on_heartbeat is not None:
                         on_heartbeat(reply)
                     continue

@@ -89,7 +89,9 @@ def _warm_up(stream: Any) -> None:
             ("float32", Distribution()), ("bfloat16", Distribution()), ("float16", Distribution()),
             ("float64", Distribution()), ("int32", integers), ("float32", Distribution("uniform")),
         ):  # fmt: skip
-            for shape in ((64,), (8, 8)):  # CuPy specialises some kernels by rank: 2-D problems too
+            # CuPy specialises kernels by rank (2-D problems too) and picks other reduction kernels for
+            # large arrays: a bfloat16 oracle check at 2^20 elements once spent over 5 s compiling one.
+            for shape in ((64,), (8, 8), (1 << 20,), (1024, 1024)):
                 x_plan = ArgumentPlan("x", "input", dtype, shape, dist)  # type: ignore[arg-type]
                 y_plan = ArgumentPlan("y", "output", dtype, shape)  # type: ignore[arg-type]
                 problem = Problem("warm-up", {}, (x_plan, y_plan), {})
