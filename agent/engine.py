@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.cache import ResultCache, result_key
@@ -209,14 +209,30 @@ class Engine:
         on_result: Callable[[CandidateResult], None] | None = None,
         keep_going: Callable[[], bool] | None = None,
     ) -> list[CandidateResult]:
-        """Compile all candidates in parallel on the CPU, then verify and time each on the GPU in turn,
-        while `keep_going()` (a search's time budget): the candidates left then are not evaluated."""
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            compiled = list(pool.map(lambda c: self.compile(baseline.target, c.source, c), candidates))
+        """Compile the candidates in parallel on the CPU and verify and time each on the GPU in turn, the
+        first while the others still compile; while `keep_going()` (a search's time budget): the
+        candidates left then are not evaluated."""
+        pool = ThreadPoolExecutor(max_workers=4)
+        compiled = [pool.submit(self.compile, baseline.target, c.source, c) for c in candidates]
+        try:
+            return self._evaluate_compiled(baseline, candidates, compiled, progress, on_result, keep_going)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)  # a search stopped early: no wasted compiles
+
+    def _evaluate_compiled(
+        self,
+        baseline: Baseline,
+        candidates: Sequence[Candidate],
+        compiled: list[Future[CompileResult]],
+        progress: Progress | None,
+        on_result: Callable[[CandidateResult], None] | None,
+        keep_going: Callable[[], bool] | None,
+    ) -> list[CandidateResult]:
         results = []
-        for candidate, compile_result in zip(candidates, compiled, strict=True):
+        for candidate, compiling in zip(candidates, compiled, strict=True):
             if keep_going is not None and not keep_going():
                 break
+            compile_result = compiling.result()
             result = self._evaluate_one(baseline, candidate, compile_result)
             results.append(result)
             if progress is not None:

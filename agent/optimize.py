@@ -12,7 +12,7 @@ from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
 from cuda_agent.agent.proposers.transforms import TRANSFORMS
 from cuda_agent.agent.rewrite import with_launch
-from cuda_agent.agent.search import SearchBudget, SearchOutcome, run_search
+from cuda_agent.agent.search import SearchBudget, SearchOutcome, best_of, run_search
 from cuda_agent.agent.targets import KernelTarget
 
 
@@ -58,9 +58,13 @@ def optimize(
     on_progress: Callable[[Progress], None] | None = None,
     budget: SearchBudget | None = None,
     budget_s: float | None = None,
+    on_best: Callable[[OptimizeOutcome], None] | None = None,
 ) -> OptimizeOutcome:
     """Search `proposers` (default: all of PROPOSERS) for the fastest verified rewrite of `target`, within
-    `budget` (or just `budget_s` seconds of search, the other limits at their defaults)."""
+    `budget` (or just `budget_s` seconds of search, the other limits at their defaults).
+
+    `on_best` is called during the search each time a new best verified rewrite is found, with the outcome
+    so far (the editor shows the first gain seconds before the search ends)."""
     if budget is None and budget_s is not None:
         budget = SearchBudget(seconds=budget_s)
     baseline = engine.baseline(target)
@@ -79,7 +83,18 @@ def optimize(
             baseline, candidates, on_result=on_result, keep_going=lambda: time.monotonic() < deadline
         )
 
-    search = run_search(target, chosen, evaluate, budget, progress, on_progress)
+    best_so_far: list[str] = []  # the candidate id last passed to on_best
+
+    def report(p: Progress) -> None:
+        if on_progress is not None:
+            on_progress(p)
+        best = best_of(p.results) if on_best is not None else None
+        if on_best is not None and best is not None and best_so_far[-1:] != [best.candidate.id]:
+            best_so_far.append(best.candidate.id)
+            so_far = f"best so far after {len(p.results)} candidates; the search goes on"
+            on_best(OptimizeOutcome(baseline, tuple(p.results), best, so_far))
+
+    search = run_search(target, chosen, evaluate, budget, progress, report)
     best = search.best
     return OptimizeOutcome(
         baseline, tuple(search.results), best, explain(baseline, search.results, best, search), search

@@ -212,12 +212,16 @@ class Backend:
         on_progress: Callable[[JobProgress], None],
         budget_s: float,
         proposers: tuple[str, ...] = (),
+        on_interim: Callable[[OptimizeResult], None] | None = None,
     ) -> OptimizeResult | None:
         """Optimize one kernel on the engine thread; None when the text changed before it finished.
 
         `still_current` is read on the engine thread after every candidate (a plain version comparison),
-        so an edit stops the search within one candidate; `on_progress` is called on the event loop."""
+        so an edit stops the search within one candidate. `on_progress`, and `on_interim` with the best
+        rewrite so far each time the search finds a better one (`searching` set), are called on the event
+        loop."""
         loop = asyncio.get_running_loop()
+        gpu_name = ""
 
         def progress(p: Progress) -> None:
             if not still_current():
@@ -225,16 +229,26 @@ class Backend:
             snapshot = JobProgress(p.kernel, p.done, p.total, p.best_speedup)
             loop.call_soon_threadsafe(on_progress, snapshot)
 
+        def interim(outcome: OptimizeOutcome) -> None:
+            if on_interim is not None and still_current():
+                found = replace(_result(uri, version, outcome, gpu_name), searching=True)
+                loop.call_soon_threadsafe(on_interim, found)
+
         def work() -> OptimizeResult | None:
+            nonlocal gpu_name
             if not still_current():
                 return None
             engine = self._get_engine()
+            gpu = engine.gpu
+            gpu_name = gpu.name if gpu else "no GPU"
             try:
-                outcome = optimize(engine, target, proposers or None, on_progress=progress, budget_s=budget_s)
+                outcome = optimize(
+                    engine, target, proposers or None, on_progress=progress, budget_s=budget_s,
+                    on_best=interim,
+                )  # fmt: skip
             except JobCancelled:
                 return None
-            gpu = engine.gpu
-            return _result(uri, version, outcome, gpu.name if gpu else "no GPU")
+            return _result(uri, version, outcome, gpu_name)
 
         return await self._run(work)
 

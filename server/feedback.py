@@ -3,8 +3,9 @@ decision about it (accepted, rejected, or superseded by the user's own edit), in
 
 A suggestion counts as accepted when the document's text becomes the verified rewrite, whichever way it
 got there (the code action, the lens, a paste): resolving the code action is not enough, since editors
-also resolve to preview. Any other edit of the text supersedes it. Only the first decision about a
-suggestion counts. Logging never fails a request: errors are logged.
+also resolve to preview. Any other edit of the text supersedes it, and so does a better rewrite that the
+same search found while the first was shown. Only the first decision about a suggestion counts. Logging
+never fails a request: errors are logged.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class SuggestionFeedback:
     def shown(self, file_text: str, target: KernelTarget, result: OptimizeResult) -> None:
         if result.rewrite is None or self.log_path is None:
             return
+        earlier = self._shown.get((result.uri, result.kernel))
+        if earlier is not None and earlier[0] == result.version:
+            if earlier[1].candidate.source == result.rewrite.source:
+                return  # the search's final result: the same rewrite, shown already
+            self.decided(result.uri, result.kernel, "superseded")
         record = _shown_record(file_text, target, result)
         self._shown[(result.uri, result.kernel)] = (result.version, record)
         self._append(record)

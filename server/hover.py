@@ -107,9 +107,10 @@ def _timing_row(label: str, time: MeasuredTime, speedup: str) -> str:
 
 def timing_rows(result: OptimizeResult) -> list[str]:
     """Original against the best candidate, measured on the GPU; then what each candidate tried."""
+    searching = " · _the best so far: the search goes on_" if result.searching else ""
     rows = [
         f"**Measured on {_cell(result.gpu)}** ({result.input_sets} input sets, {result.sizes} sizes, "
-        f"{_cell(result.measured_at)})",
+        f"{_cell(result.measured_at)}){searching}",
         "",
         "| | median | p10–p90 | runs | speedup | bandwidth | of roofline |",
         "|---|---|---|---|---|---|---|",

@@ -61,6 +61,7 @@ class Job:
     sequence: int  # request order, among jobs of one priority
     task: asyncio.Task[None] | None = None
     started: bool = False  # holds the GPU (or finished with it)
+    stopped: bool = False  # the user rejected its suggestion: the search ends at the next candidate
 
 
 class OptimizationJobs:
@@ -94,12 +95,12 @@ class OptimizationJobs:
                 return JobAnswer(True, f"cuda-agent: {kernel} is already {state} on {gpu.name}")
             existing.task.cancel()  # for older text; its engine work stops at the next candidate
         job = Job(version, priority, next(self._sequence))
-        job.task = asyncio.ensure_future(self._queued(job, uri, version, target))
+        job.task = asyncio.ensure_future(self._queued(job, uri, target))
         self._jobs[key] = job
         job.task.add_done_callback(lambda t: self._finished(key, job, t))
         return JobAnswer(True, f"cuda-agent: optimizing {kernel} on {gpu.name}")
 
-    async def _queued(self, job: Job, uri: str, version: int, target: KernelTarget) -> None:
+    async def _queued(self, job: Job, uri: str, target: KernelTarget) -> None:
         """Wait for the GPU, most urgent job first, then run."""
         async with self._turns:
             self._waiting.append(job)
@@ -110,7 +111,7 @@ class OptimizationJobs:
                 self._turns.notify_all()
             self._gpu_busy = job.started = True
         try:
-            await self._run(uri, version, target)
+            await self._run(job, uri, target)
         finally:
             async with self._turns:
                 self._gpu_busy = False
@@ -132,9 +133,13 @@ class OptimizationJobs:
         self._jobs.clear()
 
     def reject(self, document: Document, kernel: str) -> bool:
-        """Forget the kernel's suggestion and publish without it. False when there was none."""
+        """Forget the kernel's suggestion and publish without it; a search still running for this text
+        (the suggestion was its best so far) stops. False when there was none."""
         if document.results.pop(kernel, None) is None:
             return False
+        job = self._jobs.get((document.uri, kernel))
+        if job is not None and job.version == document.version:
+            job.stopped = True
         self._host.feedback.decided(document.uri, kernel, "rejected")
         self._host.publish(document)
         return True
@@ -145,8 +150,8 @@ class OptimizationJobs:
         if not task.cancelled() and task.exception() is not None:
             logger.error("optimization job failed", exc_info=task.exception())
 
-    async def _run(self, uri: str, version: int, target: KernelTarget) -> None:
-        host, kernel = self._host, target.kernel.name
+    async def _run(self, job: Job, uri: str, target: KernelTarget) -> None:
+        host, kernel, version = self._host, target.kernel.name, job.version
         document = host.documents.get(uri)
         if document is None:
             return
@@ -155,7 +160,7 @@ class OptimizationJobs:
 
         def still_current() -> bool:
             # Read on the engine thread too: a version comparison and a future's state, no locking needed.
-            cancelled = progress is not None and progress.cancelled()
+            cancelled = job.stopped or (progress is not None and progress.cancelled())
             return host.documents.is_current(document, version) and not cancelled
 
         def on_progress(p: JobProgress) -> None:
@@ -169,10 +174,14 @@ class OptimizationJobs:
                     ),
                 )
 
+        def on_interim(found: OptimizeResult) -> None:
+            if still_current():  # the best so far, shown at once: the search may run a minute more
+                self._show(document, target, found)
+
         result: OptimizeResult | None = None
         try:
             result = await host.backend.optimize(
-                uri, version, target, still_current, on_progress, self.budget_s, self.proposers
+                uri, version, target, still_current, on_progress, self.budget_s, self.proposers, on_interim
             )
         finally:
             if progress is not None:
@@ -181,13 +190,18 @@ class OptimizationJobs:
         if result is None or not still_current():
             logger.info("dropped the optimization of %s in %s v%s: the text changed", kernel, uri, version)
             return
-        document.results[kernel] = result
-        host.publish(document)
-        host.feedback.shown(document.text, target, result)  # the text is still the optimized version
-        host.send_result(result)
+        self._show(document, target, result)
         if result.rewrite is not None and target.spec is not None and target.spec.oracle:
             result = await self._with_torch(document, version, target, result)
         await host.backend.remember(document.text, result)
+
+    def _show(self, document: Document, target: KernelTarget, result: OptimizeResult) -> None:
+        """Publish a result for the document's current text (the version it was optimized for)."""
+        host = self._host
+        document.results[result.kernel] = result
+        host.publish(document)
+        host.feedback.shown(document.text, target, result)
+        host.send_result(result)
 
     async def _with_torch(
         self, document: Document, version: int, target: KernelTarget, result: OptimizeResult

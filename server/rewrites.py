@@ -68,6 +68,7 @@ class OptimizeResult:
     torch_eager: MeasuredTime | None = None
     torch_compile: MeasuredTime | None = None
     torch_note: str = ""
+    searching: bool = False  # the best so far, shown while the search goes on; a final result follows
 
     @property
     def rewrite_id(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ time from the save to the rewrite's diagnostic (the issue's "save → first veri
 from __future__ import annotations
 
 import re
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -84,12 +85,27 @@ async def test_a_save_on_a_gpu_offers_a_measured_verified_rewrite(client: Langua
     edited = apply_text_edits(ELEMENTWISE, edits_for(resolved.edit, uri))
     assert edited != ELEMENTWISE and "__global__ void saxpy(" in edited
 
-    # The warm figure: the same file edited and saved again, the worker already running.
-    changed = ELEMENTWISE.replace("// Element-wise kernels", "// Element-wise kernels (saved again)")
-    replace_text(client, uri, changed, version=2)
-    saved = time.perf_counter()
-    client.text_document_did_save(
-        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
-    )
-    await diagnostics_for(client, uri, 2, lambda ds: any(map(is_rewrite, ds)), 180.0)
-    print(f"save → first verified rewrite shown, warm worker: {time.perf_counter() - saved:.1f} s")
+    # The warm figure: the same file edited and saved again, the worker already running; a few times, for
+    # a median. Each save waits for the search before it to end (the GPU is then free, as in a user's
+    # session between saves).
+    warm = []
+    for version in range(2, 5):
+        await wait_until(lambda: not results[-1].searching, 180.0, "the search to end")
+        changed = ELEMENTWISE.replace("// Element-wise kernels", f"// Element-wise kernels (saved {version})")
+        replace_text(client, uri, changed, version=version)
+        saved = time.perf_counter()
+        client.text_document_did_save(
+            types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+        await diagnostics_for(client, uri, version, lambda ds: any(map(is_rewrite, ds)), 180.0)
+        warm.append(time.perf_counter() - saved)
+        ended = lambda v=version: any(r.version == v and not r.searching for r in results)  # noqa: E731
+        await wait_until(ended, 180.0, "the search to end")
+        final = time.perf_counter() - saved
+        shown = next(r for r in results if r.version == version)
+        print(
+            f"save → first verified rewrite shown, warm worker: {warm[-1]:.1f} s "
+            f"({shown.rewrite.speedup:.2f}×, {shown.rewrite.description}); search done after {final:.1f} s"
+        )
+    median = statistics.median(warm)
+    print(f"save → first verified rewrite shown, warm worker, median of {len(warm)}: {median:.1f} s")

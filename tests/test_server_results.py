@@ -54,3 +54,24 @@ def test_a_decision_record_carries_torch_compile_measured_after_the_suggestion_w
     shown, accepted = read_records(feedback.log_path)  # type: ignore[arg-type]
     assert shown.event == "shown" and shown.measurement.torch_compile_ms is None  # not known yet then
     assert accepted.event == "accepted" and accepted.measurement.torch_compile_ms == 0.0850
+
+
+def test_the_search_replacing_its_best_so_far_logs_each_shown_rewrite_once(tmp_path: Path) -> None:
+    target = load_targets(Path("elementwise.cu"), ELEMENTWISE).find("saxpy")
+    assert target is not None
+    feedback = SuggestionFeedback()
+    feedback.configure(tmp_path, enabled=True)
+    first = replace(RESULT, searching=True)
+    better = replace(
+        RESULT,
+        searching=True,
+        rewrite=replace(RESULT.rewrite, candidate_id="c2", source=ELEMENTWISE.replace("[128]", "[512]")),
+    )  # type: ignore[type-var]
+    for shown in (first, better, replace(better, searching=False)):  # the last: the search's final result
+        feedback.shown(ELEMENTWISE, target, shown)
+    feedback.decided(RESULT.uri, "saxpy", "accepted")
+    records = read_records(feedback.log_path)  # type: ignore[arg-type]
+    assert [(r.event, r.candidate.source.count("[512]")) for r in records] == [
+        ("shown", 0), ("superseded", 0), ("shown", 1), ("accepted", 1),
+    ]  # fmt: skip
+    assert records[0].suggestion_id == records[1].suggestion_id != records[2].suggestion_id
