@@ -346,8 +346,19 @@ class KernelModules:
 _MAX_DYNAMIC_SHARED = getattr(cupy.cuda.driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
 
 
+# Whether a kernel under test may still be running: set by every launch, cleared once the stream has
+# drained after one. The worker's host-work heartbeat reads it: a hung kernel must fall silent.
+_kernel_queued = False
+
+
+def kernel_queued() -> bool:
+    return _kernel_queued
+
+
 def launch(function: Any, plan: LaunchPlan, args: tuple[Any, ...], stream: cupy.cuda.Stream) -> None:
     """Enqueue one launch on `stream` (no wait). Above 48 KiB of dynamic shared memory needs an opt-in."""
+    global _kernel_queued
+    _kernel_queued = True
     if plan.shared_bytes > 48 * 1024:
         cupy.cuda.driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, plan.shared_bytes)
     function(plan.grid, plan.block, args, shared_mem=plan.shared_bytes, stream=stream)
@@ -357,8 +368,10 @@ def launch_and_wait(
     function: Any, plan: LaunchPlan, args: tuple[Any, ...], stream: cupy.cuda.Stream, what: str
 ) -> None:
     """Launch and synchronise; raise LaunchError (context fine) or FatalCudaError (context gone)."""
+    global _kernel_queued
     try:
         launch(function, plan, args, stream)
         stream.synchronize()
     except CUDA_ERRORS as exc:
         raise classify(exc, what) from exc
+    _kernel_queued = False  # every launch is on this one stream: all of them have finished

@@ -11,8 +11,10 @@ is answered with WorkerError(kind="cuda_error") and the process exits; the clien
 from __future__ import annotations
 
 import os
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -27,21 +29,55 @@ from cuda_agent.sandbox.protocol import (
 from cuda_agent.sandbox.reports import WorkerError
 
 BEAT_INTERVAL_S = 0.2  # heartbeats are throttled to this; the caller's silence limit is seconds
+HOST_BEAT_S = 1.0  # the host-work heartbeat's period
 
 
 class _Beat:
-    """Tells the caller the worker is alive: call after each synchronised step (never from a thread, which
-    would keep a hung kernel looking alive)."""
+    """Tells the caller the worker is alive: call after each synchronised step. While a request is served,
+    a thread also says so during host work (CuPy compiling a check's kernel on first use on a fresh
+    machine took over 5 s), but only while no kernel under test is queued: a hung kernel falls silent."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, kernel_queued: Callable[[], bool]) -> None:
         self.conn = conn
         self.last = 0.0
+        self._note = ""
+        self._silence_until = 0.0  # a beat's expected silence: the thread's beats must not shorten it
+        self._serving = False
+        self._kernel_queued = kernel_queued
+        self._lock = threading.Lock()  # the thread and the request loop share the connection
+        threading.Thread(target=self._host_work, name="host-work-heartbeat", daemon=True).start()
 
     def __call__(self, note: str = "", expect_silence_s: float = 0.0) -> None:
         now = time.monotonic()
+        self._note = note
         if expect_silence_s or now - self.last >= BEAT_INTERVAL_S:
-            self.conn.send(Heartbeat(note, expect_silence_s))
+            self._silence_until = max(self._silence_until, now + expect_silence_s)
+            with self._lock:
+                self.conn.send(Heartbeat(note, expect_silence_s))
             self.last = now
+
+    def request_started(self) -> None:
+        with self._lock:
+            self._serving = True
+            self._note, self._silence_until = "the request arrived", 0.0
+
+    def respond(self, response: object) -> None:
+        """The request's answer; no host-work beat comes after it."""
+        with self._lock:
+            self._serving = False
+            self.conn.send(response)
+
+    def _host_work(self) -> None:
+        while True:
+            time.sleep(HOST_BEAT_S)
+            now = time.monotonic()
+            if now - self.last < HOST_BEAT_S or self._kernel_queued():
+                continue
+            with self._lock:
+                if self._serving:
+                    silence = max(0.0, self._silence_until - now)
+                    self.conn.send(Heartbeat(f"{self._note} (then host work)", silence))
+                    self.last = now
 
 
 def _start_cuda(gpu_index: int) -> tuple[Any, WorkerError | None]:
@@ -129,6 +165,7 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
         KernelModules,
         LaunchError,
         context_is_broken,
+        kernel_queued,
     )
     from cuda_agent.sandbox.device import describe_device, measure_ceilings
     from cuda_agent.sandbox.timing import time_kernels
@@ -142,7 +179,7 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
         return
     device = describe_device(gpu_index)
     conn.send(Heartbeat("ready"))
-    beat = _Beat(conn)
+    beat = _Beat(conn, kernel_queued)
     while True:
         try:
             request = conn.recv()
@@ -150,6 +187,7 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
             return  # the caller is gone
         if request is None:
             return
+        beat.request_started()
         modules = KernelModules()
         try:
             with stream:
@@ -173,11 +211,11 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
                 else:
                     response = WorkerError("bad_request", f"unknown request {type(request).__name__}")
         except FatalCudaError as exc:
-            _die(conn, str(exc))
+            _die(beat, str(exc))
             return
         except CUDA_ERRORS as exc:  # raised outside a classified launch: ask the context
             if context_is_broken():
-                _die(conn, f"{exc} (during {type(request).__name__})")
+                _die(beat, f"{exc} (during {type(request).__name__})")
                 return
             response = WorkerError("crash", f"CUDA error: {exc}")
         except (BadRequest, LaunchError) as exc:
@@ -187,7 +225,7 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
         finally:
             modules.clear()
             cupy.get_default_memory_pool().free_all_blocks()
-        conn.send(response)
+        beat.respond(response)
 
 
 def _with_ceilings(request: TimeRequest, ceilings: Any) -> TimeRequest:
@@ -199,10 +237,10 @@ def _with_ceilings(request: TimeRequest, ceilings: Any) -> TimeRequest:
     )
 
 
-def _die(conn: Connection, message: str) -> None:
+def _die(beat: _Beat, message: str) -> None:
     """The context is poisoned: every later call would fail. Report, then leave without CuPy's cleanup."""
     try:
-        conn.send(WorkerError("cuda_error", message))
-        conn.close()
+        beat.respond(WorkerError("cuda_error", message))
+        beat.conn.close()
     finally:
         os._exit(3)
