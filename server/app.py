@@ -319,6 +319,15 @@ def create_server(
             return {"rejected": False}
         return {"rejected": ls.jobs.reject(document, result.kernel)}
 
+    @server.command(lenses.CANCEL_COMMAND)
+    @guarded(lambda: None)
+    async def cancel_optimization(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
+        """Stop a kernel's search (as cancelling its progress does): arguments [uri, kernel]."""
+        if len(arguments) < 2 or not all(isinstance(a, str) for a in arguments[:2]):
+            return {"cancelled": False, "reason": "expected the arguments [uri, kernel]"}
+        uri, kernel = arguments[0], arguments[1]
+        return {"cancelled": ls.jobs.cancel(uri, kernel)}
+
     @server.command(lenses.ADD_SPEC_COMMAND)
     @guarded(lambda: None)
     async def add_spec(ls: CudaAgentServer, *arguments: Any) -> None:

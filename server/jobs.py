@@ -61,7 +61,7 @@ class Job:
     sequence: int  # request order, among jobs of one priority
     task: asyncio.Task[None] | None = None
     started: bool = False  # holds the GPU (or finished with it)
-    stopped: bool = False  # the user rejected its suggestion: the search ends at the next candidate
+    stopped: bool = False  # cancelled, or its suggestion rejected: the search ends at the next candidate
 
 
 class OptimizationJobs:
@@ -131,6 +131,17 @@ class OptimizationJobs:
             if job.task is not None:
                 job.task.cancel()
         self._jobs.clear()
+
+    def cancel(self, uri: str, kernel: str) -> bool:
+        """Stop the kernel's job (queued, or at its next candidate); False when it has none. What it
+        found so far stays shown."""
+        job = self._jobs.get((uri, kernel))
+        if job is None or job.task is None or job.task.done():
+            return False
+        job.stopped = True
+        if not job.started:
+            job.task.cancel()
+        return True
 
     def reject(self, document: Document, kernel: str) -> bool:
         """Forget the kernel's suggestion and publish without it; a search still running for this text

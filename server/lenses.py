@@ -12,6 +12,7 @@ OPTIMIZE_COMMAND = "cudaAgent.optimize"
 ADD_SPEC_COMMAND = "cudaAgent.addSpec"
 APPLY_COMMAND = "cudaAgent.applyRewrite"
 REJECT_COMMAND = "cudaAgent.rejectRewrite"
+CANCEL_COMMAND = "cudaAgent.cancelOptimization"
 
 
 def code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:

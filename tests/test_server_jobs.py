@@ -238,3 +238,18 @@ async def test_a_reopened_file_shows_its_last_result_at_once(client: LanguageCli
     )
     open_document(client, uri, ELEMENTWISE.replace("// Element-wise", "// Other"), version=8)
     assert not [d for d in await diagnostics_for(client, uri, 8) if is_rewrite(d)]
+
+
+async def test_cancel_stops_a_queued_job_and_says_when_there_is_none(client: LanguageClient, tmp_path: Path):
+    uri = await open_and_optimize(client, tmp_path, "cancel.cu")  # saxpy holds the GPU
+    queued = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "relu"])
+    )
+    assert queued["started"] is True, queued
+    cancel = types.ExecuteCommandParams(command="cudaAgent.cancelOptimization", arguments=[uri, "relu"])
+    assert await client.workspace_execute_command_async(cancel) == {"cancelled": True}
+    results = client.results  # type: ignore[attr-defined]
+    await wait_until(lambda: any(r.kernel == "saxpy" and not r.searching for r in results), JOB_TIMEOUT_S)
+    await diagnostics_for(client, uri, 1)  # a round trip: anything relu's job would have sent has arrived
+    assert {r.kernel for r in results} == {"saxpy"}
+    assert await client.workspace_execute_command_async(cancel) == {"cancelled": False}
