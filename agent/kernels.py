@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, cached_property
 
 import tree_sitter_cuda
 from cuda_agent.agent.memo import BoundedMemo
@@ -69,25 +69,81 @@ class LaunchSite:
 
 
 @dataclass(frozen=True)
-class Kernel:
-    name: str
-    parameters: tuple[Parameter, ...]
-    template_parameters: tuple[TemplateParameter, ...]
-    extern_c: bool
-    launch_bounds: str | None  # the text inside __launch_bounds__(...)
+class KernelPositions:
+    """Where a kernel's parts were when it was read."""
+
     span: Span  # the whole definition, template<...> and specifiers included
     body_span: Span  # the compound statement { ... }
     name_span: Span
+    parameters: tuple[Parameter, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    name: str
+    template_parameters: tuple[TemplateParameter, ...]
+    extern_c: bool
+    launch_bounds: str | None  # the text inside __launch_bounds__(...)
     has_errors: bool  # tree-sitter recovered from a syntax error inside it
+    read: KernelPositions
     # "float, 64" for an explicit specialisation `template <> __global__ void k<float, 64>(...)`.
     template_arguments: str | None = None
     # Enclosing namespaces and any `ns::` written before the name, outermost first: "ops::detail".
     namespace: str = ""
+    # (bytes, lines) the unchanged kernel has moved since it was read, by edits above it. Its spans are
+    # shifted when asked for: rebuilding every span of a 5,000-line file's kernels took 6 ms an edit.
+    moved_by: tuple[int, int] = (0, 0)
+
+    @cached_property
+    def span(self) -> Span:
+        return _shifted(self.read.span, self.moved_by)
+
+    @cached_property
+    def body_span(self) -> Span:
+        return _shifted(self.read.body_span, self.moved_by)
+
+    @cached_property
+    def name_span(self) -> Span:
+        return _shifted(self.read.name_span, self.moved_by)
+
+    @cached_property
+    def parameters(self) -> tuple[Parameter, ...]:
+        if self.moved_by == (0, 0):
+            return self.read.parameters
+        return tuple(replace(p, span=_shifted(p.span, self.moved_by)) for p in self.read.parameters)
+
+    @property
+    def start_byte(self) -> int:
+        """Where the definition starts (`span.start_byte`, without building the span)."""
+        return self.read.span.start_byte + self.moved_by[0]
 
     @property
     def qualified_name(self) -> str:
         """The name as C++ looks it up from the global scope (what NVRTC name expressions need)."""
         return f"{self.namespace}::{self.name}" if self.namespace else self.name
+
+    def _identity(self) -> tuple[object, ...]:
+        """What the kernel is, wherever it was read: a kernel read anew and one moved compare equal."""
+        return (
+            self.name, self.parameters, self.template_parameters, self.extern_c, self.launch_bounds,
+            self.span, self.body_span, self.name_span, self.has_errors, self.template_arguments,
+            self.namespace,
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Kernel) and self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+
+def _shifted(span: Span, by: tuple[int, int]) -> Span:
+    """The span `by` (bytes, lines) further down the file; columns stay (the kernel's text is the same)."""
+    bytes_by, lines_by = by
+    if bytes_by == 0 and lines_by == 0:
+        return span
+    return Span(span.start_byte + bytes_by, span.end_byte + bytes_by, span.start_line + lines_by,
+                span.start_column, span.end_line + lines_by, span.end_column)  # fmt: skip
 
 
 # -- parsing -------------------------------------------------------------------------------------------
@@ -209,41 +265,14 @@ def _known_kernel(definition: Node, data: bytes) -> Kernel:
         _is_extern_c(definition, data),
     )
     known = _KNOWN.get_or_make(key, lambda: _kernel(definition, data))
-    return _moved(
-        known, outer.start_byte - known.span.start_byte, outer.start_point.row - known.span.start_line
-    )
-
-
-def _moved(kernel: Kernel, bytes_by: int, lines_by: int) -> Kernel:
-    """The same kernel further down (or up) the file: every span shifted; columns stay, since its text
-    and its first column are the same."""
-    if bytes_by == 0 and lines_by == 0:
-        return kernel
-
-    def moved(span: Span) -> Span:
-        return Span(span.start_byte + bytes_by, span.end_byte + bytes_by, span.start_line + lines_by,
-                    span.start_column, span.end_line + lines_by, span.end_column)  # fmt: skip
-
-    return replace(
-        kernel,
-        span=moved(kernel.span),
-        body_span=moved(kernel.body_span),
-        name_span=moved(kernel.name_span),
-        # Built directly: dataclasses.replace is generic and cost 6 ms over a big file's parameters.
-        parameters=tuple(
-            Parameter(
-                p.name,
-                p.type,
-                p.is_pointer,
-                p.is_const,
-                p.is_restrict,
-                p.text,
-                moved(p.span),
-                p.pointer_depth,
-            )
-            for p in kernel.parameters
-        ),
-    )
+    read = known.read.span
+    moved_by = (outer.start_byte - read.start_byte, outer.start_point.row - read.start_line)
+    if moved_by == (0, 0):
+        return known
+    # Built directly: dataclasses.replace is generic, and this runs for every kernel below an edit.
+    k = known
+    return Kernel(k.name, k.template_parameters, k.extern_c, k.launch_bounds, k.has_errors, k.read,
+                  k.template_arguments, k.namespace, moved_by)  # fmt: skip
 
 
 def _kernel(definition: Node, data: bytes) -> Kernel:
@@ -254,14 +283,16 @@ def _kernel(definition: Node, data: bytes) -> Kernel:
     body = definition.child_by_field_name("body")
     return Kernel(
         name=_text(name_node, data) if name_node else "",
-        parameters=_parameters(declarator, data),
         template_parameters=_template_parameters(definition, data),
         extern_c=_is_extern_c(definition, data),
         launch_bounds=_launch_bounds(definition, data),
-        span=_span(outer, last),
-        body_span=_span(body, last) if body else _empty_span_after(last),
-        name_span=node_span(name_node) if name_node else _empty_span_after(definition),
         has_errors=outer.has_error,
+        read=KernelPositions(
+            span=_span(outer, last),
+            body_span=_span(body, last) if body else _empty_span_after(last),
+            name_span=node_span(name_node) if name_node else _empty_span_after(definition),
+            parameters=_parameters(declarator, data),
+        ),
         template_arguments=template_arguments,
         namespace="::".join([*_enclosing_namespaces(definition, data), *scope]),
     )

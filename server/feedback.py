@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,6 +43,9 @@ class SuggestionFeedback:
         self._shown: dict[
             tuple[str, str], tuple[int, FeedbackRecord]
         ] = {}  # (uri, kernel) → (version, record)
+        # Records are written in order on one thread: a record holds the whole file, and its fsync took
+        # up to 300 ms on the event loop, stalling the edit that superseded a suggestion.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-agent-feedback")
 
     def configure(self, workspace: Path | None, enabled: bool) -> None:
         """Called on initialize and when settings change: off by the cudaAgent.feedback setting or
@@ -89,12 +93,19 @@ class SuggestionFeedback:
                 self.decided(uri, kernel, "accepted" if applied else "superseded")
 
     def _append(self, record: FeedbackRecord) -> None:
-        if self.log_path is None:
-            return
-        try:
-            append_record(self.log_path, record)
-        except OSError:
-            logger.exception("could not write the feedback log %s", self.log_path)
+        if self.log_path is not None:
+            self._writer.submit(_write, self.log_path, record)
+
+    def flush(self) -> None:
+        """Wait until every record handed over so far is in the log."""
+        self._writer.submit(lambda: None).result()
+
+
+def _write(path: Path, record: FeedbackRecord) -> None:
+    try:
+        append_record(path, record)
+    except OSError:
+        logger.exception("could not write the feedback log %s", path)
 
 
 def _timing(time: MeasuredTime) -> Timing:

@@ -51,6 +51,7 @@ def test_a_decision_record_carries_torch_compile_measured_after_the_suggestion_w
     feedback.shown(ELEMENTWISE, target, RESULT)
     feedback.torch_timed(RESULT.uri, "saxpy", 0.0850)
     feedback.decided(RESULT.uri, "saxpy", "accepted")
+    feedback.flush()
     shown, accepted = read_records(feedback.log_path)  # type: ignore[arg-type]
     assert shown.event == "shown" and shown.measurement.torch_compile_ms is None  # not known yet then
     assert accepted.event == "accepted" and accepted.measurement.torch_compile_ms == 0.0850
@@ -70,6 +71,7 @@ def test_the_search_replacing_its_best_so_far_logs_each_shown_rewrite_once(tmp_p
     for shown in (first, better, replace(better, searching=False)):  # the last: the search's final result
         feedback.shown(ELEMENTWISE, target, shown)
     feedback.decided(RESULT.uri, "saxpy", "accepted")
+    feedback.flush()
     records = read_records(feedback.log_path)  # type: ignore[arg-type]
     assert [(r.event, r.candidate.source.count("[512]")) for r in records] == [
         ("shown", 0), ("superseded", 0), ("shown", 1), ("accepted", 1),

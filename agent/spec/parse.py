@@ -112,14 +112,14 @@ def _parse_one(
 
 
 def _kernel_after(comment: SpecComment, kernels: Sequence[Kernel]) -> Kernel | None:
-    after = [kernel for kernel in kernels if kernel.span.start_byte >= comment.span.end_byte]
-    return min(after, key=lambda kernel: kernel.span.start_byte, default=None)
+    after = [kernel for kernel in kernels if kernel.start_byte >= comment.span.end_byte]
+    return min(after, key=lambda kernel: kernel.start_byte, default=None)
 
 
 def _kernel_named(name: str, comment: SpecComment, kernels: Sequence[Kernel]) -> Kernel | None:
     """The kernel of that name, preferring the first after the comment (overloads share a name)."""
     named = [kernel for kernel in kernels if kernel.name == name]
-    after = [kernel for kernel in named if kernel.span.start_byte >= comment.span.end_byte]
+    after = [kernel for kernel in named if kernel.start_byte >= comment.span.end_byte]
     return next(iter(after or named), None)
 
 
