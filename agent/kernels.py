@@ -96,21 +96,21 @@ class Kernel:
 
     @cached_property
     def span(self) -> Span:
-        return _shifted(self.read.span, self.moved_by)
+        return shifted(self.read.span, self.moved_by)
 
     @cached_property
     def body_span(self) -> Span:
-        return _shifted(self.read.body_span, self.moved_by)
+        return shifted(self.read.body_span, self.moved_by)
 
     @cached_property
     def name_span(self) -> Span:
-        return _shifted(self.read.name_span, self.moved_by)
+        return shifted(self.read.name_span, self.moved_by)
 
     @cached_property
     def parameters(self) -> tuple[Parameter, ...]:
         if self.moved_by == (0, 0):
             return self.read.parameters
-        return tuple(replace(p, span=_shifted(p.span, self.moved_by)) for p in self.read.parameters)
+        return tuple(replace(p, span=shifted(p.span, self.moved_by)) for p in self.read.parameters)
 
     @property
     def start_byte(self) -> int:
@@ -137,7 +137,7 @@ class Kernel:
         return hash(self._identity())
 
 
-def _shifted(span: Span, by: tuple[int, int]) -> Span:
+def shifted(span: Span, by: tuple[int, int]) -> Span:
     """The span `by` (bytes, lines) further down the file; columns stay (the kernel's text is the same)."""
     bytes_by, lines_by = by
     if bytes_by == 0 and lines_by == 0:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from cuda_agent.agent import kernels, targets
+from cuda_agent.agent.spec import parse
 from cuda_agent.server.documents import Analysis, analyse
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +27,18 @@ def fresh(text: str, version: int) -> Analysis:
     reference the incremental, cached path must equal."""
     kernels._KNOWN.clear()
     targets._INFERRED.clear()
+    parse._PARSED.clear()
     return analyse(PATH, text, version)[0]
+
+
+def spec_positions(analysis: Analysis) -> list[tuple[object, ...]]:
+    """Where each written spec and its values are: not part of a spec's equality, but what the editor
+    shows errors on and what a rewrite edits."""
+    return [
+        (t.kernel.name, t.spec.span, t.spec.block_span, sorted(t.spec.value_spans.items()))
+        for t in analysis.targets.targets
+        if t.spec is not None and not t.spec.inferred
+    ]
 
 
 @settings(max_examples=150, deadline=None)
@@ -45,7 +57,8 @@ def test_incremental_reparse_gives_the_fresh_analysis(edits: list[tuple[int, int
         text = text[:start] + inserted + text[start + length :]
         analysis, parsed = analyse(PATH, text, version, parsed)
         reference = fresh(text, version)
-        assert analysis.targets == reference.targets
+        assert analysis.targets == reference.targets  # spec errors included, with their lines
+        assert spec_positions(analysis) == spec_positions(reference)
         assert analysis.lines == reference.lines
 
 

@@ -95,8 +95,15 @@ def _spec_comment(node: tree_sitter.Node, index: LineIndex) -> SpecComment | Non
     body_start = node.start_byte + len(text[: len(text) - len(rest)].encode())
     body = rest[:-2] if rest.endswith("*/") else rest
 
+    # Positions from the comment node's own (the line index of a big file is built only when needed).
+    opening = index.data[node.start_byte : body_start]
+    line = node.start_point.row + opening.count(b"\n")
+    if b"\n" in opening:  # `/*` alone on its line, the marker below it
+        column = len(opening) - (opening.rfind(b"\n") + 1)
+    else:
+        column = node.start_point.column + len(opening)
+    marker_end = (line, column)
     lines, origins = [], []
-    line, column = index.point(body_start)
     for number, raw in enumerate(body.split("\n")):
         if number > 0:
             line, column = line + 1, 0
@@ -107,10 +114,10 @@ def _spec_comment(node: tree_sitter.Node, index: LineIndex) -> SpecComment | Non
                 raw, column = raw[cut:], len(raw[:cut].encode())
         lines.append(raw)
         origins.append((line, column))
-    marker_end = index.point(body_start)
+    start, end = node.start_point, node.end_point
     return SpecComment(
         toml="\n".join(lines),
         origins=tuple(origins),
-        span=index.span(node.start_point, node.end_point),
-        marker=index.span(node.start_point, marker_end),
+        span=Span(node.start_byte, node.end_byte, start.row, start.column, end.row, end.column),
+        marker=Span(node.start_byte, body_start, start.row, start.column, *marker_end),
     )
