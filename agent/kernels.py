@@ -112,6 +112,15 @@ class Kernel:
             return self.read.parameters
         return tuple(replace(p, span=shifted(p.span, self.moved_by)) for p in self.read.parameters)
 
+    def name_contains(self, line: int, column: int) -> bool:
+        """`name_span.contains`, ruling out other lines without building the span (a hover asks every
+        kernel of the file, each new after an edit)."""
+        return _on_lines(self.read.name_span, self.moved_by, line) and self.name_span.contains(line, column)
+
+    def contains(self, line: int, column: int) -> bool:
+        """`span.contains`, likewise."""
+        return _on_lines(self.read.span, self.moved_by, line) and self.span.contains(line, column)
+
     @property
     def start_byte(self) -> int:
         """Where the definition starts (`span.start_byte`, without building the span)."""
@@ -135,6 +144,10 @@ class Kernel:
 
     def __hash__(self) -> int:
         return hash(self._identity())
+
+
+def _on_lines(read: Span, moved_by: tuple[int, int], line: int) -> bool:
+    return read.start_line + moved_by[1] <= line <= read.end_line + moved_by[1]
 
 
 def shifted(span: Span, by: tuple[int, int]) -> Span:

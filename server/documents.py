@@ -38,7 +38,7 @@ class Analysis:
 
     def target_at(self, line: int, byte_column: int) -> KernelTarget | None:
         """The kernel whose definition holds the position (0-based line, UTF-8 byte column)."""
-        return next((t for t in self.targets.targets if t.kernel.span.contains(line, byte_column)), None)
+        return next((t for t in self.targets.targets if t.kernel.contains(line, byte_column)), None)
 
 
 @dataclass

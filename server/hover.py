@@ -23,7 +23,7 @@ def hover(
     `results`: optimization results for exactly this text, by kernel name."""
     line, column = to_byte_column(analysis.lines, position)
     target = next(
-        (t for t in analysis.targets.targets if t.kernel.name and t.kernel.name_span.contains(line, column)),
+        (t for t in analysis.targets.targets if t.kernel.name and t.kernel.name_contains(line, column)),
         None,
     )
     if target is None:
