@@ -83,6 +83,10 @@ class Progress:
     best_speedup: float = 1.0
     message: str = ""
     results: list[CandidateResult] = field(default_factory=list)
+    # While the LLM proposer runs: its turn (1-based) of max_turns, and its estimated cost so far.
+    turn: int = 0
+    max_turns: int = 0
+    cost_usd: float = 0.0
 
 
 class Engine:

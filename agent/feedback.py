@@ -3,7 +3,9 @@
 One JSON object per line in `<workspace>/.cuda-agent/feedback.jsonl` (or the user data dir). Append-only
 and crash-safe: each record is one `os.write` of one complete line on an `O_APPEND` descriptor, then
 fsync, so a process killed mid-write leaves at most a torn last line, which readers skip and the next
-append starts on a fresh line after. Records hold sources, specs and timings, never the environment.
+append starts on a fresh line after. Records hold sources, specs and timings, never the environment (an
+LLM's API key included); an LLM's candidate also carries its session's turns (prompt, replies, tool results)
+for training on trajectories.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class CandidateInfo:
     model: str | None  # the LLM's model when the proposer is one ("llm:<model>")
     assumptions: tuple[str, ...]
     flags: tuple[str, ...]
+    # An LLM candidate's session: the fixed prompt, then every reply and tool result, as
+    # agent/llm/transcript.py writes them; () for the offline proposers' candidates.
+    transcript: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,12 @@ class FeedbackRecord:
             suggestion_id=str(data["suggestion_id"]),
             original=Original(**data["original"]),
             candidate=CandidateInfo(
-                **{**c, "assumptions": tuple(c["assumptions"]), "flags": tuple(c["flags"])}
+                **{
+                    **c,
+                    "assumptions": tuple(c["assumptions"]),
+                    "flags": tuple(c["flags"]),
+                    "transcript": tuple(c.get("transcript") or ()),
+                }
             ),
             verification=Verification(**data["verification"]),
             measurement=Measurement(

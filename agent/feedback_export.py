@@ -4,7 +4,9 @@
 rewrite is preferred to every rejected one; where only one side exists, the rewrite is compared with the
 original (accepted or shown-and-unrejected rewrite over the original; the original over a rejected one).
 `rewards`: one sample per suggestion, reward as CUDA Agent's milestones: -1 failed verification, 0 correct
-but not faster, 1 faster than the original, 2 faster than torch.compile where that time is known.
+but not faster, 1 faster than the original, 2 faster than torch.compile where that time is known. An LLM's
+suggestion carries its session's turns (`transcript`, JSON text: the prompt, each reply with its tool calls,
+each tool result), so a model can be trained on whole trajectories with the suggestion's reward.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def reward_rows(found: list[Suggestion]) -> list[dict[str, Any]]:
                 "speedup": r.measurement.speedup,
                 "verified": r.verification.passed,
                 "timestamp": r.timestamp,
+                "transcript": json.dumps(list(r.candidate.transcript)) if r.candidate.transcript else None,
             }
         )
     return rows

@@ -8,6 +8,10 @@ from dataclasses import dataclass, replace
 
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Baseline, Engine, Progress
+from cuda_agent.agent.llm import LLM_PROPOSER
+from cuda_agent.agent.llm.loop import LlmSession, run_session
+from cuda_agent.agent.llm.providers import make_provider
+from cuda_agent.agent.llm.settings import LlmSettings, disabled_reason, settings_from_env
 from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
 from cuda_agent.agent.proposers.transforms import TRANSFORMS
@@ -40,6 +44,9 @@ PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     **TRANSFORMS,
     "launch-config": propose_launch_configs,
 }
+# Every proposer a user can choose: the offline ones and the LLM loop, which runs after them (opt-in: it
+# needs an API key and costs money, so it is never in the default set).
+PROPOSER_NAMES: tuple[str, ...] = (*PROPOSERS, LLM_PROPOSER)
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,8 @@ class OptimizeOutcome:
     best: CandidateResult | None  # verified and faster beyond noise
     explanation: str  # why this is the answer, in a sentence with numbers
     search: SearchOutcome | None = None  # rounds, time, time to the first gain, why it stopped
+    llm: LlmSession | None = None  # the LLM proposer's session, when it ran
+    notes: tuple[str, ...] = ()  # e.g. why the LLM proposer did not run
 
 
 def optimize(
@@ -59,9 +68,12 @@ def optimize(
     budget: SearchBudget | None = None,
     budget_s: float | None = None,
     on_best: Callable[[OptimizeOutcome], None] | None = None,
+    llm: LlmSettings | None = None,
 ) -> OptimizeOutcome:
-    """Search `proposers` (default: all of PROPOSERS) for the fastest verified rewrite of `target`, within
-    `budget` (or just `budget_s` seconds of search, the other limits at their defaults).
+    """Search `proposers` (default: all of PROPOSERS, the offline ones) for the fastest verified rewrite of
+    `target`, within `budget` (or just `budget_s` seconds of search, the other limits at their defaults).
+    With "llm" among them, the LLM loop runs after the offline search, seeded with its best, with `llm`'s
+    settings (default: from the environment) and its own budget; its candidates join the same results.
 
     `on_best` is called during the search each time a new best verified rewrite is found, with the outcome
     so far (the editor shows the first gain seconds before the search ends)."""
@@ -70,7 +82,8 @@ def optimize(
     baseline = engine.baseline(target)
     if not baseline.usable:
         return OptimizeOutcome(baseline, (), None, explain_unusable(baseline))
-    chosen = {name: PROPOSERS[name] for name in (proposers or tuple(PROPOSERS))}
+    names = proposers or tuple(PROPOSERS)
+    chosen = {name: PROPOSERS[name] for name in names if name != LLM_PROPOSER}
     progress = Progress(kernel=target.kernel.name)
     # The search checks its budget between batches; within one, a candidate is not started past it (a
     # batch of slow candidates overran a 30 s budget by 18 s on the H200).
@@ -84,6 +97,7 @@ def optimize(
         )
 
     best_so_far: list[str] = []  # the candidate id last passed to on_best
+    sessions: list[LlmSession] = []  # the LLM's session once it started: a best so far carries its turns
 
     def report(p: Progress) -> None:
         if on_progress is not None:
@@ -92,13 +106,64 @@ def optimize(
         if on_best is not None and best is not None and best_so_far[-1:] != [best.candidate.id]:
             best_so_far.append(best.candidate.id)
             so_far = f"best so far after {len(p.results)} candidates; the search goes on"
-            on_best(OptimizeOutcome(baseline, tuple(p.results), best, so_far))
+            live = sessions[-1] if sessions else None
+            on_best(OptimizeOutcome(baseline, tuple(p.results), best, so_far, llm=live))
 
-    search = run_search(target, chosen, evaluate, budget, progress, report)
-    best = search.best
-    return OptimizeOutcome(
-        baseline, tuple(search.results), best, explain(baseline, search.results, best, search), search
-    )
+    search = run_search(target, chosen, evaluate, budget, progress, report) if chosen else None
+    results = list(search.results) if search is not None else []
+    session, notes = None, ()
+    if LLM_PROPOSER in names:
+        settings = llm or settings_from_env()
+        reason = disabled_reason(settings)
+        if reason is None:
+            session = _run_llm(engine, baseline, settings, results, progress, report, sessions)
+            results += session.results
+        else:
+            notes = (f"LLM proposer disabled: {reason}",)
+    best = best_of(results)
+    explanation = explain(baseline, results, best, search)
+    if session is not None:
+        explanation += f"; {session.summary()}"
+    explanation += "".join(f"; {note}" for note in notes)
+    return OptimizeOutcome(baseline, tuple(results), best, explanation, search, session, notes)
+
+
+def _run_llm(
+    engine: Engine,
+    baseline: Baseline,
+    settings: LlmSettings,
+    prior: list[CandidateResult],
+    progress: Progress,
+    report: Callable[[Progress], None],
+    sessions: list[LlmSession],
+) -> LlmSession:
+    """The LLM loop after the offline search: its turns and candidates reported like the search's."""
+    progress.max_turns = settings.budget.turns
+
+    def on_turn(session: LlmSession) -> None:
+        if not sessions:
+            sessions.append(session)
+        progress.turn, progress.cost_usd = session.replies, session.cost_usd
+        progress.message = f"LLM turn {session.replies}/{session.max_turns}"
+        report(progress)
+
+    def on_result(result: CandidateResult) -> None:
+        progress.done += 1
+        progress.total = max(progress.total, progress.done)
+        progress.results.append(result)
+        if result.faster and result.speedup:
+            progress.best_speedup = max(progress.best_speedup, result.speedup)
+        report(progress)
+
+    try:
+        provider = make_provider(settings)
+    except Exception as exc:  # a broken SDK install or bad settings: the offline results still count
+        return LlmSession(settings.provider, settings.model_name, stop_reason=f"could not start: {exc}")
+    session = run_session(engine, baseline, settings, provider, prior, on_result, on_turn)
+    progress.cost_usd = session.cost_usd
+    progress.message = f"LLM done: {session.stop_reason}"
+    report(progress)
+    return session
 
 
 def explain_unusable(baseline: Baseline) -> str:
@@ -119,7 +184,7 @@ def explain(
     verified = sum(r.verified for r in results)
     searched = ""
     if search is not None:
-        searched = f"; {len(results)} candidates in {search.rounds} round(s), {search.seconds:.1f} s"
+        searched = f"; {len(search.results)} candidates in {search.rounds} round(s), {search.seconds:.1f} s"
         if search.first_improvement_s is not None:
             searched += f", first gain after {search.first_improvement_s:.1f} s"
         if search.stop_reason:

@@ -23,7 +23,16 @@ from cuda_agent import __version__
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.engine import Engine, EngineSettings
 from cuda_agent.agent.engine import Progress as JobProgress
-from cuda_agent.agent.optimize import PROPOSERS, optimize
+from cuda_agent.agent.llm import LLM_PROPOSER
+from cuda_agent.agent.llm.settings import (
+    LlmBudget,
+    LlmSettings,
+    describe,
+    disabled_reason,
+    settings_from_env,
+)
+from cuda_agent.agent.llm.transcript import render_markdown
+from cuda_agent.agent.optimize import PROPOSER_NAMES, PROPOSERS, optimize
 from cuda_agent.agent.rewrite import unified_diff
 from cuda_agent.agent.search import SearchBudget
 from cuda_agent.agent.spec import SpecError
@@ -74,8 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("file", type=Path)
     opt.add_argument("--kernel", help="only this kernel")
     opt.add_argument(
-        "--proposer", action="append", choices=sorted(PROPOSERS), help="default: all offline ones"
-    )
+        "--proposer", action="append", choices=sorted(PROPOSER_NAMES),
+        help="default: all offline ones; llm: a language model that revises its rewrites from the engine's "
+        "results, after the offline ones chosen (needs ANTHROPIC_API_KEY, or an OpenAI-compatible server)",
+    )  # fmt: skip
     opt.add_argument("--write", action="store_true", help="apply the best verified rewrite to the file")
     opt.add_argument(
         "--budget-s",
@@ -87,6 +98,21 @@ def _parser() -> argparse.ArgumentParser:
         "--max-candidates", type=int, default=SearchBudget.candidates,
         help="candidates evaluated a kernel (default %(default)d)",
     )  # fmt: skip
+    # fmt: off
+    llm = opt.add_argument_group("the llm proposer")
+    llm.add_argument("--llm-provider", choices=["anthropic", "openai-compatible"],
+                     help="default: $CUDA_AGENT_LLM_PROVIDER, else anthropic")
+    llm.add_argument("--llm-model", help="default: $CUDA_AGENT_LLM_MODEL, else claude-sonnet-5-5 (Anthropic)")
+    llm.add_argument("--llm-base-url", help="the API's address (default: $CUDA_AGENT_LLM_BASE_URL, else "
+                     "Anthropic's)")
+    llm.add_argument("--llm-max-turns", type=int, default=LlmBudget.turns,
+                     help="model turns a kernel (default %(default)d)")
+    llm.add_argument("--llm-max-cost", type=float, default=LlmBudget.cost_usd,
+                     help="estimated US dollars a kernel (default %(default)g)")
+    llm.add_argument("--llm-budget-s", type=float, default=LlmBudget.seconds,
+                     help="wall time of the LLM loop a kernel (default %(default)g s)")
+    llm.add_argument("--llm-transcript", type=Path, help="write the LLM sessions' transcripts here (.md)")
+    # fmt: on
     common(opt)
 
     compare = sub.add_parser("compare", help="verify NEW's kernel against OLD's and time both, interleaved")
@@ -258,6 +284,13 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
                 _compile_only(engine, target)
         return 1
     proposers = tuple(args.proposer or PROPOSERS)
+    llm = _llm_settings(args) if LLM_PROPOSER in proposers else None
+    if llm is not None and (reason := disabled_reason(llm)) is not None:
+        err.print(f"[yellow]cuda-agent: the llm proposer is disabled: {escape(reason)}[/]")
+        proposers = tuple(p for p in proposers if p != LLM_PROPOSER)
+        if not proposers:
+            return 2
+    transcripts: list[str] = []
     source = files.source
     failed = False
     for name in [t.kernel.name for t in targets]:
@@ -272,11 +305,17 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
             task = bar.add_task(f"{target.kernel.name}: baseline", total=None, best="")
 
             def on_progress(p: JobProgress, task: int = task) -> None:
-                bar.update(task, description=f"{p.kernel}: candidates", total=p.total, completed=p.done,
-                           best=f"best {p.best_speedup:.2f}×")  # fmt: skip
+                best, stage = f"best {p.best_speedup:.2f}×", "candidates"
+                if p.max_turns:  # the LLM loop: "LLM turn 4/12 … best 2.30×, est. $0.12"
+                    best, stage = f"{best}, est. ${p.cost_usd:.2f}", f"LLM turn {p.turn}/{p.max_turns}"
+                bar.update(task, description=f"{p.kernel}: {stage}", total=p.total, completed=p.done,
+                           best=best)  # fmt: skip
 
             budget = SearchBudget(seconds=args.budget_s, candidates=args.max_candidates)
-            outcome = optimize(engine, target, proposers, on_progress, budget)
+            outcome = optimize(engine, target, proposers, on_progress, budget, llm=llm)
+        if outcome.llm is not None:
+            title = f"{outcome.llm.proposer} on {target.kernel.name} ({relative(args.file)})"
+            transcripts.append(render_markdown(outcome.llm.transcript(), title))
         console.print(baseline_table(outcome.baseline, gpu))
         if outcome.results:
             console.print(candidates_table(outcome.results))
@@ -295,7 +334,19 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
     if args.write and source != files.source:
         args.file.write_text(source, encoding="utf-8")
         console.print(f"[green]wrote {relative(args.file)}[/]")
+    if args.llm_transcript is not None and transcripts:
+        args.llm_transcript.write_text("\n".join(transcripts), encoding="utf-8")
+        console.print(f"wrote the LLM transcript to {relative(args.llm_transcript)}")
     return 1 if failed else 0
+
+
+def _llm_settings(args: argparse.Namespace) -> LlmSettings:
+    """The LLM proposer's settings: the environment, then the command line."""
+    settings = settings_from_env(provider=args.llm_provider, model=args.llm_model, base_url=args.llm_base_url)
+    budget = replace(
+        settings.budget, turns=args.llm_max_turns, cost_usd=args.llm_max_cost, seconds=args.llm_budget_s
+    )
+    return replace(settings, budget=budget)
 
 
 def cmd_compare(engine: Engine, args: argparse.Namespace) -> int:
@@ -368,6 +419,9 @@ def cmd_doctor(engine: Engine, args: argparse.Namespace) -> int:
             console.print(f"{dist}: {importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
             continue
+    llm = settings_from_env()
+    style = "yellow" if disabled_reason(llm) else "green"
+    console.print(f"LLM proposer: [{style}]{escape(describe(llm))}[/]")
     device = engine.device()
     if isinstance(device, WorkerError):
         console.print(f"[yellow]GPU: {escape(device.message)}[/]")
@@ -411,6 +465,7 @@ def cmd_serve(settings: EngineSettings, args: argparse.Namespace) -> int:
     """The language server. Its engine is created lazily on the server's engine thread, not here."""
     import logging
 
+    from cuda_agent.agent.llm.redact import RedactSecrets
     from cuda_agent.server.backend import Backend
     from cuda_agent.server.transport import InsecureBind, check_bind, run_tcp, serve_stdio
 
@@ -418,6 +473,8 @@ def cmd_serve(settings: EngineSettings, args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=args.log_level, format="cuda-agent %(levelname)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactSecrets())  # a client's cudaAgent.llm.apiKey never reaches the log
     if args.log_level != "DEBUG":
         logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
     if not (args.tcp or args.ws):

@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cuda_agent.agent.llm.settings import describe, disabled_reason
+from cuda_agent.agent.llm.transcript import render_markdown
 from cuda_agent.server import actions, diagnostics, hover, lenses
 from cuda_agent.server.access import presented_token, token_accepted
 from cuda_agent.server.backend import Backend, GpuStatus
@@ -44,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+SHOW_TRANSCRIPT_COMMAND = "cudaAgent.showTranscript"  # [uri, kernel]: the LLM session behind a result
 DEBOUNCE_S = 0.15  # after the last keystroke, before re-analysing: a burst of typing costs one parse
 NO_GPU_HINT = (
     "Discovery, spec checks and compile diagnostics still work. To optimize, run the server on a machine "
@@ -90,6 +93,7 @@ class CudaAgentServer(LanguageServer):
         self.workspace_path: Path | None = None  # where the feedback log goes
         self.refused = False
         self.gpu_message_shown = False
+        self.llm_message = ""  # the LLM proposer's state, as last said to the user
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def apply_settings(self, raw: Any) -> None:
@@ -103,11 +107,36 @@ class CudaAgentServer(LanguageServer):
                 )
             )
         self.settings = settings
-        self.jobs.budget_s, self.jobs.proposers = settings.search_budget_s, settings.proposers
+        self.jobs.budget_s = settings.search_budget_s
+        self._configure_llm(settings)
         self.feedback.configure(self.workspace_path, settings.feedback)
         if settings.gpu_index != self.backend.gpu_index:
             await self.backend.use_gpu(settings.gpu_index)
             self.gpu_message_shown = False
+
+    def _configure_llm(self, settings: ServerSettings) -> None:
+        """What jobs run from now on, the LLM proposer included when asked for and usable. Its state is said
+        once per change: why it is disabled (a warning: the offline search runs alone), or what runs."""
+        llm = settings.llm_for_jobs()
+        reason = disabled_reason(llm) if settings.llm_requested else None
+        usable = settings.llm_requested and reason is None
+        self.jobs.proposers = settings.job_proposers(usable)
+        self.jobs.llm = llm if usable else None
+        if not settings.llm_requested:
+            self.llm_message = ""
+            return
+        message = (
+            f"cuda-agent: the LLM proposer is disabled: {reason}. The offline search runs alone."
+            if reason is not None
+            else f"cuda-agent: LLM proposer: {describe(llm)}"
+        )
+        if message == self.llm_message:
+            return
+        self.llm_message = message
+        if reason is not None:
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+        else:
+            self.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
 
     async def pull_settings(self) -> None:
         """Ask the client for the cudaAgent section, where it can answer (workspace/configuration)."""
@@ -327,6 +356,24 @@ def create_server(
             return {"cancelled": False, "reason": "expected the arguments [uri, kernel]"}
         uri, kernel = arguments[0], arguments[1]
         return {"cancelled": ls.jobs.cancel(uri, kernel)}
+
+    @server.command(SHOW_TRANSCRIPT_COMMAND)
+    @guarded(lambda: None)
+    async def show_transcript(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
+        """The LLM proposer's conversation behind a kernel's current result: arguments [uri, kernel]."""
+        result = _command_result(ls, arguments)
+        if result is None or not result.transcript:
+            return {"found": False, "reason": "no LLM session behind this kernel's current result"}
+        proposer = result.rewrite.proposer if result.rewrite is not None else ""
+        title = f"{result.kernel}: {result.llm or 'LLM session'}"
+        return {
+            "found": True,
+            "kernel": result.kernel,
+            "proposer": proposer,
+            "summary": result.llm,
+            "markdown": render_markdown(result.transcript, title),
+            "turns": list(result.transcript),
+        }
 
     @server.command(lenses.ADD_SPEC_COMMAND)
     @guarded(lambda: None)

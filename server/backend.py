@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 from cuda_agent.agent.cache import ResultCache, result_key
 from cuda_agent.agent.engine import Engine, EngineSettings, Progress
+from cuda_agent.agent.llm.settings import LlmSettings
 from cuda_agent.agent.optimize import OptimizeOutcome, optimize
 from cuda_agent.agent.targets import FileTargets, KernelTarget
 from cuda_agent.sandbox.protocol import TorchTimingResult
@@ -72,6 +73,9 @@ class JobProgress:
     done: int
     total: int
     best_speedup: float
+    turn: int = 0  # the LLM proposer's turn, while it runs (of max_turns)
+    max_turns: int = 0
+    cost_usd: float = 0.0  # its estimated cost so far
 
 
 class JobCancelled(Exception):
@@ -213,6 +217,7 @@ class Backend:
         budget_s: float,
         proposers: tuple[str, ...] = (),
         on_interim: Callable[[OptimizeResult], None] | None = None,
+        llm: LlmSettings | None = None,
     ) -> OptimizeResult | None:
         """Optimize one kernel on the engine thread; None when the text changed before it finished.
 
@@ -226,7 +231,7 @@ class Backend:
         def progress(p: Progress) -> None:
             if not still_current():
                 raise JobCancelled
-            snapshot = JobProgress(p.kernel, p.done, p.total, p.best_speedup)
+            snapshot = JobProgress(p.kernel, p.done, p.total, p.best_speedup, p.turn, p.max_turns, p.cost_usd)
             loop.call_soon_threadsafe(on_progress, snapshot)
 
         def interim(outcome: OptimizeOutcome) -> None:
@@ -244,7 +249,7 @@ class Backend:
             try:
                 outcome = optimize(
                     engine, target, proposers or None, on_progress=progress, budget_s=budget_s,
-                    on_best=interim,
+                    on_best=interim, llm=llm,
                 )  # fmt: skip
             except JobCancelled:
                 return None
@@ -328,6 +333,8 @@ def _result(uri: str, version: int, outcome: OptimizeOutcome, gpu: str) -> Optim
         original=_time(baseline.timing) if baseline.timing is not None else None,
         rewrite=rewrite,
         candidates=rows,
+        llm=outcome.llm.summary() if outcome.llm is not None else "",
+        transcript=outcome.llm.transcript() if outcome.llm is not None else (),
     )
 
 

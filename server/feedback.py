@@ -15,6 +15,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from cuda_agent.agent.feedback import (
     CandidateInfo,
@@ -65,7 +66,16 @@ class SuggestionFeedback:
         earlier = self._shown.get((result.uri, result.kernel))
         if earlier is not None and earlier[0] == result.version:
             if earlier[1].candidate.source == result.rewrite.source:
-                return  # the search's final result: the same rewrite, shown already
+                # The search's final result: the same rewrite, shown already. An LLM's session went on
+                # after it: the decision record carries the whole conversation.
+                transcript = _transcript(result)
+                if transcript:
+                    candidate = replace(earlier[1].candidate, transcript=transcript)
+                    self._shown[(result.uri, result.kernel)] = (
+                        earlier[0],
+                        replace(earlier[1], candidate=candidate),
+                    )
+                return
             self.decided(result.uri, result.kernel, "superseded")
         record = _shown_record(file_text, target, result)
         self._shown[(result.uri, result.kernel)] = (result.version, record)
@@ -108,6 +118,12 @@ def _write(path: Path, record: FeedbackRecord) -> None:
         logger.exception("could not write the feedback log %s", path)
 
 
+def _transcript(result: OptimizeResult) -> tuple[dict[str, Any], ...]:
+    """The LLM's conversation, for a rewrite the LLM wrote (never the API key: it is not in there)."""
+    rewrite = result.rewrite
+    return result.transcript if rewrite is not None and model_of(rewrite.proposer) is not None else ()
+
+
 def _timing(time: MeasuredTime) -> Timing:
     return Timing(time.median_ms, time.p10_ms, time.p90_ms, time.runs)
 
@@ -131,6 +147,7 @@ def _shown_record(file_text: str, target: KernelTarget, result: OptimizeResult) 
             model=model_of(rewrite.proposer),
             assumptions=rewrite.assumptions,
             flags=rewrite.flags,
+            transcript=_transcript(result),
         ),
         verification=Verification(
             passed=True,  # only verified rewrites are shown

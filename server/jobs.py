@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from cuda_agent.agent.llm.settings import LlmSettings
 from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.server.backend import Backend, GpuStatus, JobProgress
 from cuda_agent.server.documents import Document, Documents
@@ -68,7 +69,8 @@ class OptimizationJobs:
     def __init__(self, host: JobHost, budget_s: float = SEARCH_BUDGET_S) -> None:
         self._host = host
         self.budget_s = budget_s
-        self.proposers: tuple[str, ...] = ()  # () = all offline proposers
+        self.proposers: tuple[str, ...] = ()  # () = all offline proposers; "llm" runs the LLM after them
+        self.llm: LlmSettings | None = None  # the LLM proposer's settings, when it runs
         self._jobs: dict[tuple[str, str], Job] = {}
         self._tokens = itertools.count(1)
         self._sequence = itertools.count()
@@ -177,12 +179,13 @@ class OptimizationJobs:
         def on_progress(p: JobProgress) -> None:
             if progress is not None:
                 best = f"best {p.best_speedup:.2f}×" if p.best_speedup > 1.0 else "no gain yet"
+                message = f"{p.kernel}: {p.done} candidates, {best}"
+                percentage = min(99, round(100 * p.done / p.total)) if p.total else None
+                if p.max_turns:  # the LLM proposer: "saxpy: turn 4/12, best 2.30×, est. $0.12"
+                    message = f"{p.kernel}: turn {p.turn}/{p.max_turns}, {best}, est. ${p.cost_usd:.2f}"
+                    percentage = min(99, round(100 * p.turn / p.max_turns))
                 host.work_done_progress.report(
-                    token,
-                    types.WorkDoneProgressReport(
-                        message=f"{p.kernel}: {p.done} candidates, {best}",
-                        percentage=min(99, round(100 * p.done / p.total)) if p.total else None,
-                    ),
+                    token, types.WorkDoneProgressReport(message=message, percentage=percentage)
                 )
 
         def on_interim(found: OptimizeResult) -> None:
@@ -192,8 +195,9 @@ class OptimizationJobs:
         result: OptimizeResult | None = None
         try:
             result = await host.backend.optimize(
-                uri, version, target, still_current, on_progress, self.budget_s, self.proposers, on_interim
-            )
+                uri, version, target, still_current, on_progress, self.budget_s, self.proposers, on_interim,
+                self.llm,
+            )  # fmt: skip
         finally:
             if progress is not None:
                 ending = result.headline() if result is not None else f"{kernel}: stopped, the text changed"

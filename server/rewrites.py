@@ -7,7 +7,7 @@ A result belongs to one document version: shown only while the text is exactly w
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -69,6 +69,10 @@ class OptimizeResult:
     torch_compile: MeasuredTime | None = None
     torch_note: str = ""
     searching: bool = False  # the best so far, shown while the search goes on; a final result follows
+    llm: str = ""  # the LLM proposer's session in a line (turns, tokens, estimated cost, why it stopped)
+    # Its whole conversation (agent/llm/transcript.py records), for cudaAgent.showTranscript and the
+    # feedback log; not sent in `cudaAgent/result` (it can be long), only counted there.
+    transcript: tuple[dict[str, Any], ...] = ()
 
     @property
     def rewrite_id(self) -> dict[str, Any]:
@@ -90,5 +94,9 @@ class OptimizeResult:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The full result for `cudaAgent/result`: JSON-able (tuples become lists)."""
-        return dataclasses.asdict(self)
+        """The full result for `cudaAgent/result`: JSON-able (tuples become lists), the transcript only
+        counted (`cudaAgent.showTranscript` returns it)."""
+        data = dataclasses.asdict(replace(self, transcript=()))
+        del data["transcript"]
+        data["transcript_turns"] = len(self.transcript)
+        return data

@@ -4,21 +4,38 @@ They arrive as the `cudaAgent` section of `workspace/configuration` (VS Code's `
 Neovim `settings = { cudaAgent = {...} }` table), or as `initializationOptions` (the same keys, for
 clients without configuration support), and again on `workspace/didChangeConfiguration`. A bad value
 keeps the previous one and is reported, naming the setting: the server never fails on a setting.
+
+The LLM proposer's settings sit under `llm` (VS Code sends `cudaAgent.llm.provider` as {"llm": {...}}; the
+flat "llm.provider" spelling is read too). `llm.apiKey` is accepted but never echoed in a message or log.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from cuda_agent.agent.optimize import PROPOSERS
+from cuda_agent.agent.llm import LLM_PROPOSER
+from cuda_agent.agent.llm.settings import PROVIDER_ENV, PROVIDERS, LlmSettings, settings_from_env
+from cuda_agent.agent.optimize import PROPOSER_NAMES, PROPOSERS
 
 SECTION = "cudaAgent"
 Trigger = Literal["save", "idle", "manual"]
 TRIGGERS: tuple[Trigger, ...] = ("save", "idle", "manual")
 MAX_BUDGET_S = 3600.0
+
+
+def default_llm() -> LlmSettings:
+    """Off unless the server's environment names a provider (CUDA_AGENT_LLM_PROVIDER): a server for many
+    clients on a GPU box can be started with the LLM on; otherwise the editor's setting turns it on."""
+    settings = settings_from_env()
+    return (
+        settings
+        if os.environ.get(PROVIDER_ENV, "").strip() in PROVIDERS
+        else replace(settings, provider="off")
+    )
 
 
 @dataclass(frozen=True)
@@ -29,6 +46,26 @@ class ServerSettings:
     search_budget_s: float = 120.0  # wall time of one kernel's search
     proposers: tuple[str, ...] = ()  # () = every offline proposer
     feedback: bool = True  # log shown/accepted/rejected suggestions for training
+    llm: LlmSettings = field(default_factory=default_llm)
+
+    @property
+    def llm_requested(self) -> bool:
+        """The LLM proposer is asked for: a provider is chosen, or "llm" is among the proposers."""
+        return self.llm.provider != "off" or LLM_PROPOSER in self.proposers
+
+    def job_proposers(self, llm_usable: bool) -> tuple[str, ...]:
+        """What a job runs: the chosen offline proposers (all when none is named), then the LLM when it is
+        asked for and usable. "llm" alone means the LLM without the offline search."""
+        offline = tuple(p for p in self.proposers if p != LLM_PROPOSER)
+        if not offline and not (self.proposers and llm_usable):
+            offline = tuple(PROPOSERS)
+        return (*offline, LLM_PROPOSER) if llm_usable and self.llm_requested else offline
+
+    def llm_for_jobs(self) -> LlmSettings:
+        """The LLM settings a job uses: "llm" among the proposers with no provider chosen means Anthropic."""
+        if self.llm.provider == "off" and LLM_PROPOSER in self.proposers:
+            return replace(self.llm, provider="anthropic")
+        return self.llm
 
 
 # setting name (as the client writes it) -> (field, reader)
@@ -58,9 +95,11 @@ def _gpu_index(value: Any) -> int:
 def _proposers(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"expected a list of proposer names, got {value!r}")
-    unknown = [v for v in value if v not in PROPOSERS]
+    unknown = [v for v in value if v not in PROPOSER_NAMES]
     if unknown:
-        raise ValueError(f"unknown proposer {', '.join(map(repr, unknown))} (known: {', '.join(PROPOSERS)})")
+        raise ValueError(
+            f"unknown proposer {', '.join(map(repr, unknown))} (known: {', '.join(PROPOSER_NAMES)})"
+        )
     return tuple(dict.fromkeys(value))
 
 
@@ -79,7 +118,55 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "feedback": ("feedback", _flag),
 }
 # Keys a client may send that are not settings of the server (read elsewhere, or by the extension).
-_NOT_OURS = frozenset({"token", "interpreter", "server", "llm"})
+_NOT_OURS = frozenset({"token", "interpreter", "server"})
+LLM = "llm"
+
+
+def _provider(value: Any) -> str:
+    if value == "none":  # the VS Code extension's name for off
+        return "off"
+    if value not in PROVIDERS:
+        raise ValueError(f"expected one of {', '.join(PROVIDERS)}, got {value!r}")
+    return str(value)
+
+
+def _optional_text(value: Any) -> str | None:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return value.strip() or None  # "" is VS Code's unset: the default
+
+
+def _secret(value: Any) -> str | None:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__} (the value is not shown)")
+    return value.strip() or None
+
+
+def _count(limit: int) -> Any:
+    def read(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise ValueError(f"expected a whole number from 1 to {limit}, got {value!r}")
+        return value
+
+    return read
+
+
+def _dollars(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1000:
+        raise ValueError(f"expected US dollars, more than 0 and at most 1000, got {value!r}")
+    return float(value)
+
+
+# llm.<key> -> (what it sets, reader); budget fields live in LlmSettings.budget.
+_LLM_FIELDS: dict[str, tuple[str, Any]] = {
+    "provider": ("provider", _provider),
+    "model": ("model", _optional_text),
+    "baseUrl": ("base_url", _optional_text),
+    "apiKey": ("api_key", _secret),
+    "maxTurns": ("budget.turns", _count(100)),
+    "maxCostUsd": ("budget.cost_usd", _dollars),
+    "budgetSeconds": ("budget.seconds", _seconds(MAX_BUDGET_S)),
+}
 
 
 def read_settings(raw: Any, previous: ServerSettings) -> tuple[ServerSettings, list[str]]:
@@ -93,6 +180,10 @@ def read_settings(raw: Any, previous: ServerSettings) -> tuple[ServerSettings, l
     for key, value in raw.items():
         if key in _NOT_OURS or value is None:
             continue
+        if key == LLM or key.startswith(f"{LLM}."):
+            items = value if key == LLM else {key.split(".", 1)[1]: value}
+            settings = _read_llm(items, settings, problems)
+            continue
         known = _FIELDS.get(key)
         if known is None:
             problems.append(f"{SECTION}.{key}: not a setting (settings: {', '.join(_FIELDS)})")
@@ -103,6 +194,31 @@ def read_settings(raw: Any, previous: ServerSettings) -> tuple[ServerSettings, l
         except ValueError as exc:
             problems.append(f"{SECTION}.{key}: {exc}; keeping {getattr(settings, field)!r}")
     return settings, problems
+
+
+def _read_llm(raw: Any, settings: ServerSettings, problems: list[str]) -> ServerSettings:
+    if not isinstance(raw, Mapping):
+        problems.append(f"{SECTION}.{LLM}: expected an object of settings, got {type(raw).__name__}")
+        return settings
+    llm = settings.llm
+    for key, value in raw.items():
+        if value is None:
+            continue
+        known = _LLM_FIELDS.get(key)
+        if known is None:
+            problems.append(f"{SECTION}.{LLM}.{key}: not a setting (llm settings: {', '.join(_LLM_FIELDS)})")
+            continue
+        field_name, reader = known
+        try:
+            read = reader(value)
+        except ValueError as exc:
+            problems.append(f"{SECTION}.{LLM}.{key}: {exc}; keeping the previous value")
+            continue
+        if field_name.startswith("budget."):
+            llm = replace(llm, budget=replace(llm.budget, **{field_name.split(".", 1)[1]: read}))
+        else:
+            llm = replace(llm, **{field_name: read})
+    return replace(settings, llm=llm)
 
 
 def section_of(settings_payload: Any) -> Any:

@@ -136,6 +136,7 @@ async def serve_ws(
 
 def run_tcp(backend: Backend, host: str, port: int, token: str | None, websocket: bool = False) -> None:
     collect_garbage_less_often()
+
     def announce(bound_host: str, bound_port: int) -> None:
         # One line on stderr that scripts (and the tests) read to learn the port when --port 0 was asked.
         scheme = "ws://" if websocket else ""
