@@ -12,6 +12,7 @@ import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cuda_agent.agent.kernels import parse_cuda
 from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
@@ -57,6 +58,8 @@ class Document:
     # Where the user last was (0-based line, UTF-16 character), from hovers and code-action requests
     # (editors ask for code actions as the cursor moves): that kernel is optimized first.
     cursor: tuple[int, int] | None = None
+    # The code lenses last sent, and what they were made from (see lenses.code_lenses).
+    lenses: tuple[tuple[object, ...], list[Any]] | None = None
     _analysing: tuple[int, asyncio.Task[tuple[Analysis, Parsed]]] | None = None
     _parsed: Parsed = None  # the last analysed text and its tree
     _debounce: asyncio.Task[None] | None = None

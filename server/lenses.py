@@ -4,6 +4,8 @@ time: "0.29 ms · 68% of roofline · ▶ Optimize"), or for a verified rewrite o
 
 from __future__ import annotations
 
+import operator
+
 from cuda_agent.server.documents import Analysis, Document
 from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
@@ -16,6 +18,18 @@ CANCEL_COMMAND = "cudaAgent.cancelOptimization"
 
 
 def code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
+    """The lenses of the document as it is, kept until its text or its results change: editors ask
+    again on every scroll and edit, and a big file has hundreds."""
+    made_from = (analysis, document.version, *document.results.values())
+    kept = document.lenses
+    if kept is not None and len(kept[0]) == len(made_from) and all(map(operator.is_, kept[0], made_from)):
+        return kept[1]
+    found = _code_lenses(analysis, document)
+    document.lenses = (made_from, found)
+    return found
+
+
+def _code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
     uri = document.uri
     lenses = []
     for target in analysis.targets.targets:
