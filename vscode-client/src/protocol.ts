@@ -1,0 +1,78 @@
+// What the server sends and accepts beyond standard LSP (server/rewrites.py, server/lenses.py). Types only,
+// plus the names: the extension reads results, it never computes them.
+
+export const RESULT_NOTIFICATION = 'cudaAgent/result';
+
+/** workspace/executeCommand commands of the server; arguments are always [uri, kernelName]. */
+export const ServerCommands = {
+  optimize: 'cudaAgent.optimize',
+  applyRewrite: 'cudaAgent.applyRewrite',
+  rejectRewrite: 'cudaAgent.rejectRewrite',
+  addSpec: 'cudaAgent.addSpec',
+  cancelOptimization: 'cudaAgent.cancelOptimization',
+  showTranscript: 'cudaAgent.showTranscript', // the LLM proposer's conversation behind a result
+} as const;
+
+export interface MeasuredTime {
+  median_ms: number;
+  p10_ms: number;
+  p90_ms: number;
+  runs: number;
+  bandwidth_gbs: number | null;
+  roofline_fraction: number | null;
+}
+
+export interface CandidateRow {
+  candidate_id: string;
+  description: string;
+  proposer: string;
+  status: string; // faster, no gain, slower, rejected, compile error, timeout, verified, ...
+  speedup: number | null;
+  reason: string;
+}
+
+export interface Rewrite {
+  candidate_id: string;
+  description: string;
+  proposer: string;
+  source: string; // the whole rewritten file
+  assumptions: string[];
+  speedup: number;
+  original: MeasuredTime;
+  best: MeasuredTime;
+  decision: string;
+  flags: string[];
+  ratio_ci: [number, number] | null;
+}
+
+/** The `cudaAgent/result` notification: one kernel of one document version. */
+export interface OptimizeResult {
+  uri: string;
+  version: number;
+  kernel: string;
+  gpu: string;
+  input_sets: number;
+  sizes: number;
+  explanation: string;
+  measured_at: string;
+  original: MeasuredTime | null;
+  rewrite: Rewrite | null;
+  candidates: CandidateRow[];
+  torch_eager: MeasuredTime | null;
+  torch_compile: MeasuredTime | null;
+  torch_note: string;
+  searching: boolean; // the best so far; a final result follows
+  llm?: string; // the LLM proposer's session in a line, where it ran
+  transcript_turns?: number; // its conversation's length (cudaAgent.showTranscript returns it)
+}
+
+export interface TranscriptAnswer {
+  found: boolean;
+  reason?: string;
+  markdown?: string;
+}
+
+export interface OptimizeAnswer {
+  started: boolean;
+  reason: string;
+}
