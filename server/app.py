@@ -178,8 +178,17 @@ class CudaAgentServer(LanguageServer):
         self.text_document_publish_diagnostics(diagnostics.publish_params(document, analysis))
 
     def send_result(self, result: OptimizeResult) -> None:
-        """The full result, for clients that show more than diagnostics (the VS Code extension)."""
+        """The full result, for clients that show more than diagnostics (the VS Code extension); the
+        kernel's lens changes with it."""
         self.protocol.notify(RESULT_NOTIFICATION, result.to_json())
+        self.refresh_lenses()
+
+    def refresh_lenses(self) -> None:
+        """Ask the client to fetch the code lenses again (they changed without an edit), where it can."""
+        workspace = self.client_capabilities.workspace
+        lens = workspace.code_lens if workspace else None
+        if lens is not None and lens.refresh_support:
+            self.spawn(self.workspace_code_lens_refresh_async(None))
 
 
 def guarded(default: Callable[[], T]) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
@@ -507,6 +516,7 @@ async def _analyse_and_publish(
                 result = replace(kept, uri=document.uri, version=analysis.version)
                 document.results[result.kernel] = result
                 ls.feedback.shown(document.text, target, result)  # shown again: a new suggestion to decide
+                ls.send_result(result)  # the extension's candidates view and status bar show it too
     ls.publish(document)
 
 

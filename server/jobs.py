@@ -48,6 +48,8 @@ class JobHost(Protocol):
 
     def send_result(self, result: OptimizeResult) -> None: ...
 
+    def refresh_lenses(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class JobAnswer:
@@ -155,6 +157,7 @@ class OptimizationJobs:
             job.stopped = True
         self._host.feedback.decided(document.uri, kernel, "rejected")
         self._host.publish(document)
+        self._host.refresh_lenses()
         return True
 
     def _finished(self, key: tuple[str, str], job: Job, task: asyncio.Task[None]) -> None:

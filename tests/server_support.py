@@ -43,6 +43,15 @@ def make_recording_client() -> LanguageClient:
 
     client.protocol.fm.features[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = record
     client.published = published  # type: ignore[attr-defined]
+
+    # The capabilities the tests claim (VS Code's) include refreshing code lenses when the server asks.
+    refreshes: list[None] = []
+
+    @client.feature(types.WORKSPACE_CODE_LENS_REFRESH)
+    def refresh_lenses(params: None) -> None:
+        refreshes.append(params)
+
+    client.lens_refreshes = refreshes  # type: ignore[attr-defined]
     return client
 
 

@@ -19,6 +19,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from tests.llm_scripted import ScriptedApi, recorded_session
 from tests.server_support import SERVE, SERVER_ENV, diagnostics_for, wait_until
 from tests.test_server_jobs import (
+    ELEMENTWISE,
     JOB_TIMEOUT_S,
     RECORDING,
     is_rewrite,
@@ -126,7 +127,8 @@ async def test_without_an_api_key_the_editor_is_told_once_and_the_offline_search
     ]
     assert client.messages[0].type == types.MessageType.Warning
 
-    uri = await open_and_optimize(client, tmp_path, "offline.cu")
+    # Other text than the first test's: the server keeps results per text and would show its LLM rewrite.
+    uri = await open_and_optimize(client, tmp_path, "offline.cu", "// offline only\n" + ELEMENTWISE)
     await diagnostics_for(client, uri, 1, lambda ds: any(map(is_rewrite, ds)), JOB_TIMEOUT_S)
     results = client.results  # type: ignore[attr-defined]
     await wait_until(lambda: any(not r.searching for r in results), JOB_TIMEOUT_S, "the final result")

@@ -81,11 +81,13 @@ def is_rewrite(diagnostic: types.Diagnostic) -> bool:
     return diagnostic.code == REWRITE
 
 
-async def open_and_optimize(client: LanguageClient, tmp_path: Path, name: str) -> str:
+async def open_and_optimize(
+    client: LanguageClient, tmp_path: Path, name: str, text: str = ELEMENTWISE
+) -> str:
     path = tmp_path / name
-    path.write_text(ELEMENTWISE)
+    path.write_text(text)
     uri = path.as_uri()
-    open_document(client, uri, ELEMENTWISE)
+    open_document(client, uri, text)
     await diagnostics_for(client, uri, 1)
     answer = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "saxpy"])
@@ -144,7 +146,8 @@ async def test_optimize_shows_a_verified_rewrite_that_applies(client: LanguageCl
     assert timed.kernel == "saxpy" and timed.rewrite.candidate_id == result.rewrite.candidate_id
     assert timed.torch_compile is None and timed.torch_note == "PyTorch timings are not part of the recording"
 
-    # Lens and hover answer from the result.
+    # Lens and hover answer from the result; the client was asked to fetch the lenses again.
+    assert client.lens_refreshes  # type: ignore[attr-defined]
     lenses = await client.text_document_code_lens_async(
         types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
     )
@@ -229,6 +232,7 @@ async def test_a_reopened_file_shows_its_last_result_at_once(client: LanguageCli
     rewrite = next(d for d in diagnostics if is_rewrite(d))
     assert rewrite.message == HEADLINE and rewrite.data["version"] == 7
     assert len(client.progress_reports) == jobs  # from the store, not a new search
+    await wait_until(lambda: any(r.version == 7 for r in results), 10.0, "the kept result, sent again")
     actions = await rewrite_actions(client, uri, [rewrite])
     assert actions[0].title == "Apply verified rewrite: 1.27× faster"
 
