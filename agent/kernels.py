@@ -10,7 +10,7 @@ What tree-sitter cannot see, we do not guess: a kernel whose `__global__` comes 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 
@@ -246,16 +246,106 @@ def utf8_column(line_text: str, utf16_col: int) -> int:
 # -- kernels -------------------------------------------------------------------------------------------
 
 
-def find_kernels(source: str, tree: Tree | None = None) -> list[Kernel]:
+@dataclass(frozen=True)
+class TextEdit:
+    """One edit between two texts: bytes [start, old_end) of the old text became [start, new_end) of the
+    new one, and the lines after the old text's line `old_end_line` moved by `lines_by`."""
+
+    start: int
+    old_end: int
+    new_end: int
+    old_end_line: int
+    lines_by: int
+
+
+@dataclass(frozen=True)
+class EarlierRead:
+    """The kernels of the text before one edit, the edit, and the byte ranges of the new text whose syntax
+    tree-sitter found changed (`Tree.changed_ranges`): a kernel that neither touches is the same kernel."""
+
+    kernels: Sequence[Kernel]
+    edit: TextEdit
+    changed: Sequence[tuple[int, int]]
+
+
+def find_kernels(source: str, tree: Tree | None = None, earlier: EarlierRead | None = None) -> list[Kernel]:
     """Every `__global__` function definition, in source order. Declarations without a body and explicit
-    instantiations (`template __global__ void k<float>(...);`) are not definitions and are skipped."""
+    instantiations (`template __global__ void k<float>(...);`) are not definitions and are skipped.
+    `earlier`: what the previous text held, so that only kernels around an edit are read again."""
     data = source.encode("utf-8")
     root = (tree or parse_cuda(data)).root_node
+    if earlier is not None:
+        return _after_edit(root, data, earlier)
+    return _definitions(root, data, _tokens(root, data, "__global__"))
+
+
+def _definitions(root: Node, data: bytes, tokens: Iterable[Node]) -> list[Kernel]:
     return [
         _known_kernel(token.parent, data)
-        for token in _tokens(root, data, "__global__")
+        for token in tokens
         if token.parent is not None and token.parent.type == "function_definition"
     ]
+
+
+def _after_edit(root: Node, data: bytes, earlier: EarlierRead) -> list[Kernel]:
+    """The earlier kernels the edit left alone, moved (on a 5,000-line file, reading every kernel's place
+    in the tree again took most of an edit's analysis), and the kernels read anew where the text or its
+    syntax changed. A kernel with syntax errors, or on the edit's last line (its columns move), is read
+    anew too."""
+    edit = earlier.edit
+    delta = edit.new_end - edit.old_end
+    dirty = [(edit.start, edit.new_end), *earlier.changed]
+    placed: list[tuple[Kernel, int, int, bool]] = []  # each kernel, its range in the new text, moved
+    for kernel in earlier.kernels:
+        start = kernel.start_byte
+        end = start + kernel.read.span.end_byte - kernel.read.span.start_byte
+        if end < edit.start:
+            placed.append((kernel, start, end, False))
+        elif start > edit.old_end and kernel.span.start_line > edit.old_end_line:
+            placed.append((kernel, start + delta, end + delta, True))
+        else:
+            dirty.append((min(start, edit.start), max(end + delta, edit.new_end)))
+    reread: set[int] = set()
+    while True:  # a kernel read anew widens what is read anew, until nothing more is
+        more = {
+            index
+            for index, (kernel, start, end, _) in enumerate(placed)
+            if index not in reread
+            and (kernel.has_errors or any(start <= high and low <= end for low, high in dirty))
+        }
+        if not more:
+            break
+        reread |= more
+        dirty += [placed[index][1:3] for index in more]
+    kept = [
+        _moved(kernel, delta, edit.lines_by) if moved else kernel
+        for index, (kernel, _, _, moved) in enumerate(placed)
+        if index not in reread
+    ]
+    fresh = _definitions(root, data, _tokens_within(root, data, "__global__", dirty))
+    found = {kernel.start_byte: kernel for kernel in (*kept, *fresh)}
+    return [found[start] for start in sorted(found)]
+
+
+def _moved(kernel: Kernel, bytes_by: int, lines_by: int) -> Kernel:
+    """The same kernel, further down (or up) the file."""
+    k, moved = kernel, (kernel.moved_by[0] + bytes_by, kernel.moved_by[1] + lines_by)
+    return Kernel(k.name, k.template_parameters, k.extern_c, k.launch_bounds, k.has_errors, k.read,
+                  k.template_arguments, k.namespace, moved)  # fmt: skip
+
+
+def _tokens_within(root: Node, data: bytes, token: str, ranges: Sequence[tuple[int, int]]) -> Iterator[Node]:
+    """`_tokens`, only those that overlap the byte ranges."""
+    needle, seen = token.encode(), set()
+    for low, high in sorted(ranges):
+        offset = data.find(needle, max(0, low - len(needle)), high + len(needle))
+        while offset != -1:
+            if offset not in seen:
+                seen.add(offset)
+                node = root.descendant_for_byte_range(offset, offset + len(needle))
+                if node is not None and node.type == token and not node.is_named:
+                    yield node
+            offset = data.find(needle, offset + len(needle), high + len(needle))
 
 
 # Kernels read before, by their text and context: the language server reads the whole file on every edit,
@@ -283,9 +373,7 @@ def _known_kernel(definition: Node, data: bytes) -> Kernel:
     if moved_by == (0, 0):
         return known
     # Built directly: dataclasses.replace is generic, and this runs for every kernel below an edit.
-    k = known
-    return Kernel(k.name, k.template_parameters, k.extern_c, k.launch_bounds, k.has_errors, k.read,
-                  k.template_arguments, k.namespace, moved_by)  # fmt: skip
+    return _moved(known, *moved_by)
 
 
 def _kernel(definition: Node, data: bytes) -> Kernel:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cuda_agent.agent.kernels import Kernel, find_kernels, parse_cuda
+from cuda_agent.agent.kernels import EarlierRead, Kernel, find_kernels, parse_cuda
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.spec import KernelSpec, SpecError, complete_sizes, infer_spec, parse_specs, resolve
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
@@ -50,13 +50,15 @@ def _inferred(kernel: Kernel, text: str, data: bytes, tree: Tree) -> tuple[Kerne
     return _INFERRED.get_or_make(key, lambda: infer_spec(kernel, text, tree))
 
 
-def load_targets(path: Path, source: str | None = None, tree: Tree | None = None) -> FileTargets:
+def load_targets(
+    path: Path, source: str | None = None, tree: Tree | None = None, earlier: EarlierRead | None = None
+) -> FileTargets:
     """The file's kernels with their specs. `tree`: the source's parse when the caller has one (the
-    language server reparses incrementally after an edit)."""
+    language server reparses incrementally after an edit); `earlier`: the kernels before that edit."""
     text = path.read_text(encoding="utf-8", errors="replace") if source is None else source
     tree = tree or parse_cuda(text)  # once: inference reads every kernel from it (a parse each was quadratic)
     data = text.encode("utf-8")
-    kernels = find_kernels(text, tree)
+    kernels = find_kernels(text, tree, earlier)
     specs, errors = parse_specs(text, kernels, tree)
     failed = {e.kernel for e in errors if e.kernel}
     targets = []
