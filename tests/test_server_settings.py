@@ -177,7 +177,7 @@ async def test_manual_trigger_from_workspace_configuration_waits_for_the_command
     )
     assert answer["started"] is True
     await wait_until(lambda: client.results, JOB_TIMEOUT_S, "the asked-for result")  # type: ignore[attr-defined]
-    assert [r.kernel for r in client.results] == ["saxpy"]  # type: ignore[attr-defined]
+    assert {r.kernel for r in client.results} == {"saxpy"}  # type: ignore[attr-defined]
 
 
 async def _compiled(client: LanguageClient, uri: str, position: types.Position) -> None:
@@ -206,11 +206,12 @@ async def test_idle_trigger_from_initialization_options_optimizes_after_the_edit
     open_document(client, uri, ELEMENTWISE)
     edited = ELEMENTWISE.replace("// Element-wise kernels", "// Element-wise kernels, edited")
     replace_text(client, uri, edited, version=2)  # never saved
-    await wait_until(lambda: client.results, JOB_TIMEOUT_S, "a result after idle")  # type: ignore[attr-defined]
     results = client.results  # type: ignore[attr-defined]
-    assert [(r.kernel, r.version) for r in results] == [("saxpy", 2)]  # relu's spec is only inferred
+    # The best so far may come first; then the search's final result.
+    await wait_until(lambda: any(not r.searching for r in results), JOB_TIMEOUT_S, "a result after idle")
+    assert {(r.kernel, r.version) for r in results} == {("saxpy", 2)}  # relu's spec is only inferred
     # Only the proposer the settings allow ran.
-    saxpy = next(r for r in results if r.kernel == "saxpy")
+    saxpy = next(r for r in results if r.kernel == "saxpy" and not r.searching)
     assert saxpy.candidates and {c.proposer for c in saxpy.candidates} == {"launch-config"}
 
 
