@@ -5,6 +5,8 @@ text "Apply verified rewrite" (`refactor.rewrite`, the edit built on resolve fro
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import Any
 
 from cuda_agent.agent.spec import render_spec
@@ -118,17 +120,16 @@ def rewrite_for(documents: Documents, rewrite_id: Any) -> OptimizeResult | None:
 
 
 def rewrite_edit(document: Document, result: OptimizeResult, document_changes: bool) -> types.WorkspaceEdit:
-    """Replace the whole text with the verified file (kernel, spec launch and all), as one annotated edit
-    so that clients can show it for confirmation before applying."""
+    """The verified file (kernel, spec launch and launch sites) as edits of the lines that differ, all
+    under one annotation so that clients show it for confirmation before applying; a preview then shows
+    the changed lines, not the whole file replaced."""
     assert result.rewrite is not None
-    lines = document.text.split("\n")
-    end = types.Position(line=len(lines) - 1, character=len(lines[-1].encode("utf-16-le")) // 2)
-    whole = types.Range(start=types.Position(line=0, character=0), end=end)
+    rewrite = result.rewrite
+    changes = changed_lines(document.text, rewrite.source)
     if not document_changes:  # annotations travel only in documentChanges
         return types.WorkspaceEdit(
-            changes={result.uri: [types.TextEdit(range=whole, new_text=result.rewrite.source)]}
+            changes={result.uri: [types.TextEdit(range=where, new_text=text) for where, text in changes]}
         )
-    rewrite = result.rewrite
     assumptions = "; ".join(rewrite.assumptions) or "none beyond the spec"
     annotation = types.ChangeAnnotation(
         label=f"Verified rewrite of {result.kernel}: {rewrite.speedup:.2f}× faster",
@@ -138,21 +139,43 @@ def rewrite_edit(document: Document, result: OptimizeResult, document_changes: b
             f"{result.sizes} sizes; assumes: {assumptions}."
         ),
     )
+    edits: list[types.TextEdit | types.AnnotatedTextEdit | types.SnippetTextEdit] = [
+        types.AnnotatedTextEdit(range=where, new_text=text, annotation_id=REWRITE_ANNOTATION)
+        for where, text in changes
+    ]
     return types.WorkspaceEdit(
         document_changes=[
             types.TextDocumentEdit(
                 text_document=types.OptionalVersionedTextDocumentIdentifier(
                     uri=result.uri, version=result.version
                 ),
-                edits=[
-                    types.AnnotatedTextEdit(
-                        range=whole, new_text=rewrite.source, annotation_id=REWRITE_ANNOTATION
-                    )
-                ],
+                edits=edits,
             )
         ],
         change_annotations={REWRITE_ANNOTATION: annotation},
     )
+
+
+# A line with its end, as LSP counts lines (str.splitlines also splits at \f, \x1c, U+2028, ...).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def changed_lines(old: str, new: str) -> list[tuple[types.Range, str]]:
+    """Edits that turn `old` into `new`, one per run of changed lines (difflib's line matching)."""
+    old_lines, new_lines = _LINE.findall(old), _LINE.findall(new)
+
+    def position(line: int) -> types.Position:
+        if line < len(old_lines) or not old_lines or old_lines[-1].endswith(("\n", "\r")):
+            return types.Position(line=line, character=0)
+        last = old_lines[-1]  # the end of a text without a final newline: after its last character
+        return types.Position(line=len(old_lines) - 1, character=len(last.encode("utf-16-le")) // 2)
+
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    return [
+        (types.Range(start=position(i1), end=position(i2)), "".join(new_lines[j1:j2]))
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
 
 
 def add_spec_edit(

@@ -171,7 +171,12 @@ async def test_optimize_shows_a_verified_rewrite_that_applies(client: LanguageCl
     assert resolved.edit is not None and resolved.edit.change_annotations
     annotation = next(iter(resolved.edit.change_annotations.values()))
     assert annotation.needs_confirmation and "1.27×" in annotation.label
-    edited = apply_text_edits(ELEMENTWISE, edits_for(resolved.edit, uri))
+    # Only the lines that differ are edited (a preview shows them, not the whole file replaced).
+    (change,) = edits_for(resolved.edit, uri)
+    block_line = ELEMENTWISE.split("\n").index("block = [128]")
+    assert (change.range.start.line, change.range.end.line) == (block_line, block_line + 1)
+    assert change.new_text == "block = [256]\n"
+    edited = apply_text_edits(ELEMENTWISE, [change])
     saxpy = load_targets(Path("elementwise.cu"), edited).find("saxpy")
     assert saxpy is not None and saxpy.spec is not None and saxpy.spec.launch.block == (256,)
 
