@@ -17,6 +17,9 @@ export const LLM_KEY_ENV: Readonly<Record<string, string>> = {
   'openai-compatible': 'CUDA_AGENT_LLM_API_KEY',
 };
 
+/** The provider setting's default: not sent, so that a server's own default (its environment) holds. */
+export const SERVER_DEFAULT = 'default';
+
 export interface ConfigurationReader {
   get<T>(key: string): T | undefined;
 }
@@ -33,7 +36,7 @@ export function readClientSettings(config: ConfigurationReader): ClientSettings 
     interpreter: config.get<string>('interpreter') ?? '',
     serverAddress: config.get<string>('server.address') ?? '',
     serverToken: config.get<string>('server.token') ?? '',
-    llmProvider: config.get<string>('llm.provider') ?? 'none',
+    llmProvider: config.get<string>('llm.provider') ?? SERVER_DEFAULT,
   };
 }
 
@@ -53,6 +56,9 @@ export function serverSettings(section: unknown, llmApiKey?: string): Record<str
   }
   if (isObject(settings.llm) || llmApiKey) {
     const { apiKey: _plain, ...llm } = isObject(settings.llm) ? settings.llm : {};
+    if (llm.provider === SERVER_DEFAULT) {
+      delete llm.provider; // VS Code always reports the default: sent, it would override the server's own
+    }
     settings.llm = llmApiKey ? { ...llm, apiKey: llmApiKey } : llm;
   }
   return settings;

@@ -64,8 +64,15 @@ test('client settings have defaults', () => {
     interpreter: '',
     serverAddress: '',
     serverToken: '',
-    llmProvider: 'none',
+    llmProvider: 'default',
   });
+});
+
+test("the provider's default is left to the server; a chosen one is sent", () => {
+  const defaulted = serverSettings({ llm: { provider: 'default', model: '' } });
+  assert.deepEqual(defaulted?.llm, { model: '' });
+  const chosen = serverSettings({ llm: { provider: 'off' } });
+  assert.deepEqual(chosen?.llm, { provider: 'off' });
 });
 
 test('the server inherits the environment', () => {
