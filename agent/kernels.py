@@ -280,11 +280,13 @@ def find_kernels(source: str, tree: Tree | None = None, earlier: EarlierRead | N
 
 
 def _definitions(root: Node, data: bytes, tokens: Iterable[Node]) -> list[Kernel]:
-    return [
-        _known_kernel(token.parent, data)
+    """The definitions the tokens belong to, each once (`__global__ /*a*/ __global__ void k()` has two)."""
+    definitions = {
+        token.parent.start_byte: token.parent
         for token in tokens
         if token.parent is not None and token.parent.type == "function_definition"
-    ]
+    }
+    return [_known_kernel(definition, data) for definition in definitions.values()]
 
 
 def _after_edit(root: Node, data: bytes, earlier: EarlierRead) -> list[Kernel]:

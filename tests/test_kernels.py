@@ -537,3 +537,9 @@ def test_span_contains() -> None:
     span = Span(0, 10, 2, 4, 5, 1)
     assert span.contains(2, 4) and span.contains(3, 0) and span.contains(5, 1)
     assert not span.contains(2, 3) and not span.contains(5, 2) and not span.contains(6, 0)
+
+
+def test_a_definition_with_two_global_specifiers_is_one_kernel() -> None:
+    # What an unclosed `/*` typed after one kernel's `__global__` makes of it and the next kernel's.
+    source = "__global__ /* half a comment */ __global__ void k(float* y) { y[0] = 1; }\n"
+    assert [k.name for k in find_kernels(source)] == ["k"]
