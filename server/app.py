@@ -30,7 +30,13 @@ from cuda_agent.server.documents import (
     restart_timer,
 )
 from cuda_agent.server.feedback import SuggestionFeedback
-from cuda_agent.server.jobs import BACKGROUND, RESULT_NOTIFICATION, URGENT, OptimizationJobs
+from cuda_agent.server.jobs import (
+    BACKGROUND,
+    RESULT_NOTIFICATION,
+    STATUS_NOTIFICATION,
+    URGENT,
+    OptimizationJobs,
+)
 from cuda_agent.server.rewrites import OptimizeResult
 from cuda_agent.server.settings import SECTION, ServerSettings, read_settings, section_of
 from lsprotocol import types
@@ -93,6 +99,7 @@ class CudaAgentServer(LanguageServer):
         self.workspace_path: Path | None = None  # where the feedback log goes
         self.refused = False
         self.gpu_message_shown = False
+        self.gpu_status_sent: GpuStatus | None = None  # as last sent in cudaAgent/status
         self.llm_message = ""  # the LLM proposer's state, as last said to the user
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -453,6 +460,11 @@ async def _gpu_or_say_why(ls: CudaAgentServer) -> GpuStatus | None:
     """The GPU status when there is one; else None, after telling the user once per session, clearly
     (later attempts only log it)."""
     gpu = await ls.backend.gpu_status()
+    if gpu != ls.gpu_status_sent:  # the GPU in use, for clients that show it before any result
+        ls.gpu_status_sent = gpu
+        ls.protocol.notify(
+            STATUS_NOTIFICATION, {"gpu": gpu.name, "available": gpu.available, "reason": gpu.reason}
+        )
     if gpu.available:
         return gpu
     message = (

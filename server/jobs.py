@@ -30,6 +30,7 @@ from pygls.progress import Progress
 logger = logging.getLogger(__name__)
 
 RESULT_NOTIFICATION = "cudaAgent/result"
+STATUS_NOTIFICATION = "cudaAgent/status"  # the GPU in use, once known: {gpu, available, reason}
 SEARCH_BUDGET_S = 120.0  # wall time of one kernel's search (the cudaAgent.searchBudgetSeconds setting)
 URGENT, BACKGROUND = 0, 1  # job priorities: asked for or under the cursor; the rest of a saved file
 

@@ -46,6 +46,13 @@ def make_client() -> LanguageClient:
         results.append(params)
 
     client.results = results  # type: ignore[attr-defined]
+    statuses: list[Any] = []
+
+    @client.feature("cudaAgent/status")
+    def on_status(params: Any) -> None:
+        statuses.append(params)
+
+    client.statuses = statuses  # type: ignore[attr-defined]
     return client
 
 
@@ -145,6 +152,9 @@ async def test_optimize_shows_a_verified_rewrite_that_applies(client: LanguageCl
     assert abs(result.rewrite.speedup - 0.0832 / 0.0653) < 1e-9 and result.torch_note == ""
     assert timed.kernel == "saxpy" and timed.rewrite.candidate_id == result.rewrite.candidate_id
     assert timed.torch_compile is None and timed.torch_note == "PyTorch timings are not part of the recording"
+
+    # The GPU was announced once, as soon as it was known (the extension's status bar shows it).
+    assert [(s.gpu, s.available) for s in client.statuses] == [("NVIDIA H200", True)]  # type: ignore[attr-defined]
 
     # Lens and hover answer from the result; the client was asked to fetch the lenses again.
     assert client.lens_refreshes  # type: ignore[attr-defined]

@@ -32,6 +32,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       statusBar?.update();
     },
     onResult: (result) => results.update(result),
+    onStatus: (status) => statusBar?.knownGpu(status.gpu ?? 'no GPU'),
     onProgress: (token, value) => {
       if (jobs.handle(token, value)) {
         statusBar?.update();

@@ -2,6 +2,14 @@
 // plus the names: the extension reads results, it never computes them.
 
 export const RESULT_NOTIFICATION = 'cudaAgent/result';
+/** Sent once the server knows its GPU (before any result), and again if that changes. */
+export const STATUS_NOTIFICATION = 'cudaAgent/status';
+
+export interface ServerStatus {
+  gpu: string | null; // the GPU's name, null when there is none
+  available: boolean;
+  reason: string; // why there is none
+}
 
 /** workspace/executeCommand commands of the server; arguments are always [uri, kernelName]. */
 export const ServerCommands = {

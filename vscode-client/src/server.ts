@@ -28,7 +28,13 @@ import { type Explanation, explainFailure, type LogLevel, stderrLevel } from './
 import { chooseInterpreter, type InterpreterChoice } from './interpreter';
 import type { ProgressValue } from './jobs';
 import type { LensLike } from './kernels';
-import { RESULT_NOTIFICATION, type OptimizeResult, ServerCommands } from './protocol';
+import {
+  RESULT_NOTIFICATION,
+  STATUS_NOTIFICATION,
+  type OptimizeResult,
+  ServerCommands,
+  type ServerStatus,
+} from './protocol';
 import { selectedInterpreter } from './pythonExtension';
 import {
   type ClientSettings,
@@ -54,6 +60,7 @@ const LENS_ROUTES: Readonly<Record<string, string>> = {
 export interface ServerHooks {
   onState(state: ServerState): void;
   onResult(result: OptimizeResult): void;
+  onStatus(status: ServerStatus): void;
   onProgress(token: string | number, value: ProgressValue): void;
   onReady(): void;
 }
@@ -144,6 +151,7 @@ export class ServerConnection implements vscode.Disposable {
       this.clientOptions(settings, generation, remote !== undefined),
     );
     client.onNotification(RESULT_NOTIFICATION, (result: OptimizeResult) => this.hooks.onResult(result));
+    client.onNotification(STATUS_NOTIFICATION, (status: ServerStatus) => this.hooks.onStatus(status));
     client.onDidChangeState((event) => {
       if (generation !== this.generation) {
         return;

@@ -37,6 +37,12 @@ export class StatusBar implements vscode.Disposable {
     this.item.backgroundColor = status.warning ? new vscode.ThemeColor('statusBarItem.warningBackground') : undefined;
   }
 
+  /** The server's GPU, as it announced it (before any result names it). */
+  knownGpu(name: string): void {
+    this.gpus.set(this.server.where, name);
+    this.update();
+  }
+
   private gpu(): string | undefined {
     const latest = this.results.latest()?.gpu;
     if (latest !== undefined) {
