@@ -10,7 +10,8 @@ the loop to retry or to stop on with the reason. Neither message ever holds the 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -59,6 +60,23 @@ def make_provider(settings: LlmSettings) -> ChatProvider:
     return AnthropicProvider(settings)
 
 
+@contextmanager
+def _api_errors(sdk: Any, api: str) -> Iterator[None]:
+    """Either SDK's exceptions (they share the names) as ours, after its own retries."""
+    try:
+        yield
+    except sdk.APIResponseValidationError as exc:
+        raise MalformedReply(f"the reply does not follow {api}: {exc.message}") from exc
+    except ValueError as exc:  # a body that is not JSON at all
+        raise MalformedReply(f"the reply is not JSON: {exc}") from exc
+    except sdk.APIStatusError as exc:
+        raise ProviderError(_status_message(exc.status_code, exc.body, exc.message, exc.response)) from exc
+    except sdk.APITimeoutError as exc:
+        raise ProviderError("the API did not answer in time (after retries)") from exc
+    except sdk.APIConnectionError as exc:
+        raise ProviderError(f"could not reach the API: {exc.message}") from exc
+
+
 # -- Anthropic -----------------------------------------------------------------------------------------
 
 
@@ -80,8 +98,7 @@ class AnthropicProvider:
         )
 
     def reply(self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec]) -> Reply:
-        sdk = self._sdk
-        try:
+        with _api_errors(self._sdk, "the Messages API"):
             message = self._client.messages.create(
                 model=self.model,
                 max_tokens=self._max_tokens,
@@ -94,18 +111,6 @@ class AnthropicProvider:
                 ],
                 messages=anthropic_messages(turns),
             )
-        except sdk.APIResponseValidationError as exc:
-            raise MalformedReply(f"the reply does not follow the Messages API: {exc.message}") from exc
-        except ValueError as exc:  # a body that is not JSON at all
-            raise MalformedReply(f"the reply is not JSON: {exc}") from exc
-        except sdk.APIStatusError as exc:
-            raise ProviderError(
-                _status_message(exc.status_code, exc.body, exc.message, exc.response)
-            ) from exc
-        except sdk.APITimeoutError as exc:
-            raise ProviderError("the API did not answer in time (after retries)") from exc
-        except sdk.APIConnectionError as exc:
-            raise ProviderError(f"could not reach the API: {exc.message}") from exc
         return _anthropic_reply(message)
 
 
@@ -196,8 +201,7 @@ class OpenAICompatibleProvider:
         )
 
     def reply(self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec]) -> Reply:
-        sdk = self._sdk
-        try:
+        with _api_errors(self._sdk, "the chat completions API"):
             completion = self._client.chat.completions.create(
                 model=self.model,
                 max_tokens=self._max_tokens,
@@ -210,20 +214,6 @@ class OpenAICompatibleProvider:
                     for t in tools
                 ],
             )
-        except sdk.APIResponseValidationError as exc:
-            raise MalformedReply(
-                f"the reply does not follow the chat completions API: {exc.message}"
-            ) from exc
-        except ValueError as exc:  # a body that is not JSON at all
-            raise MalformedReply(f"the reply is not JSON: {exc}") from exc
-        except sdk.APIStatusError as exc:
-            raise ProviderError(
-                _status_message(exc.status_code, exc.body, exc.message, exc.response)
-            ) from exc
-        except sdk.APITimeoutError as exc:
-            raise ProviderError("the API did not answer in time (after retries)") from exc
-        except sdk.APIConnectionError as exc:
-            raise ProviderError(f"could not reach the API: {exc.message}") from exc
         return _openai_reply(completion)
 
 
