@@ -303,7 +303,7 @@ def _after_edit(root: Node, data: bytes, earlier: EarlierRead) -> list[Kernel]:
         end = start + kernel.read.span.end_byte - kernel.read.span.start_byte
         if end < edit.start:
             placed.append((kernel, start, end, False))
-        elif start > edit.old_end and kernel.span.start_line > edit.old_end_line:
+        elif start > edit.old_end and kernel.read.span.start_line + kernel.moved_by[1] > edit.old_end_line:
             placed.append((kernel, start + delta, end + delta, True))
         else:
             dirty.append((min(start, edit.start), max(end + delta, edit.new_end)))

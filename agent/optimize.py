@@ -96,15 +96,18 @@ def optimize(
             baseline, candidates, on_result=on_result, keep_going=lambda: time.monotonic() < deadline
         )
 
-    best_so_far: list[str] = []  # the candidate id last passed to on_best
+    shown: str | None = None  # the id of the candidate last passed to on_best
     sessions: list[LlmSession] = []  # the LLM's session once it started: a best so far carries its turns
 
     def report(p: Progress) -> None:
+        nonlocal shown
         if on_progress is not None:
             on_progress(p)
-        best = best_of(p.results) if on_best is not None else None
-        if on_best is not None and best is not None and best_so_far[-1:] != [best.candidate.id]:
-            best_so_far.append(best.candidate.id)
+        if on_best is None:
+            return
+        best = best_of(p.results)
+        if best is not None and best.candidate.id != shown:
+            shown = best.candidate.id
             so_far = f"best so far after {len(p.results)} candidates; the search goes on"
             live = sessions[-1] if sessions else None
             on_best(OptimizeOutcome(baseline, tuple(p.results), best, so_far, llm=live))

@@ -40,8 +40,7 @@ def compile_line(result: CompileResult) -> str:
         parts.append(f"{res.shared_bytes} B static shared")
     if res.stack_bytes:
         parts.append(f"{res.stack_bytes} B stack")
-    if res.spill_store_bytes is not None or res.spill_load_bytes is not None:
-        spills = (res.spill_store_bytes or 0) + (res.spill_load_bytes or 0)
+    if (spills := res.spilled_bytes) is not None:
         parts.append(f"[yellow]{spills} B spilled[/]" if spills else "no spills")
     return ", ".join(parts)
 

@@ -125,6 +125,13 @@ class ResourceUsage:
     spill_store_bytes: int | None = None
     spill_load_bytes: int | None = None
 
+    @property
+    def spilled_bytes(self) -> int | None:
+        """Spill stores and loads together; None when ptxas reported neither."""
+        if self.spill_store_bytes is None and self.spill_load_bytes is None:
+            return None
+        return (self.spill_store_bytes or 0) + (self.spill_load_bytes or 0)
+
 
 @dataclass(frozen=True)
 class CompiledKernel:

@@ -174,10 +174,10 @@ class Backend:
                 problems.setdefault((d.severity, d.message, d.line, d.column, d.file), problem)
             if result.kernel is not None:
                 usage = result.kernel.resources
-                spills = (usage.spill_store_bytes or 0) + (usage.spill_load_bytes or 0)
                 resources[target.kernel.name] = KernelResources(
-                    usage.registers, usage.shared_bytes, spills, result.backend, result.kernel.arch
-                )
+                    usage.registers, usage.shared_bytes, usage.spilled_bytes or 0, result.backend,
+                    result.kernel.arch,
+                )  # fmt: skip
             elif result.errors:
                 break  # the whole file failed: every other kernel's compile would repeat these errors
         return FileCompile(tuple(problems.values()), resources, complete=True)
