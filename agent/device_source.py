@@ -9,8 +9,10 @@ its line and UTF-8 byte column and compiler diagnostics point into the user's fi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 
-from cuda_agent.agent.kernels import Span, parse_cuda
+from cuda_agent.agent.kernels import Span
+from cuda_agent.agent.parsing import parse_cuda
 from tree_sitter import Node
 
 # Nodes whose children are declarations at namespace scope, where host functions live.
@@ -32,6 +34,8 @@ _TEMPLATED_TYPES = frozenset({"function_definition", "template_declaration"})
 _CONDITIONAL_DIRECTIVES = frozenset({"preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef"})
 
 
+# A save compiles each of the file's kernels from the same text, each compile asking for its device side.
+@lru_cache(maxsize=4)
 def device_source(source: str) -> str:
     """`source` with every host-only function definition replaced by spaces (newlines kept).
 

@@ -9,14 +9,13 @@ What tree-sitter cannot see, we do not guess: a kernel whose `__global__` comes 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from functools import cache, cached_property
+from functools import cached_property
 
-import tree_sitter_cuda
 from cuda_agent.agent.memo import BoundedMemo
-from tree_sitter import Language, Node, Parser, Point, Tree
+from cuda_agent.agent.parsing import TextEdit, parse_cuda
+from tree_sitter import Node, Point, Tree
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,10 @@ class Kernel:
         return self.read.span.start_byte + self.moved_by[0]
 
     @property
+    def end_byte(self) -> int:
+        return self.read.span.end_byte + self.moved_by[0]
+
+    @property
     def qualified_name(self) -> str:
         """The name as C++ looks it up from the global scope (what NVRTC name expressions need)."""
         return f"{self.namespace}::{self.name}" if self.namespace else self.name
@@ -157,35 +160,6 @@ def shifted(span: Span, by: tuple[int, int]) -> Span:
         return span
     return Span(span.start_byte + bytes_by, span.end_byte + bytes_by, span.start_line + lines_by,
                 span.start_column, span.end_line + lines_by, span.end_column)  # fmt: skip
-
-
-# -- parsing -------------------------------------------------------------------------------------------
-
-
-@cache
-def cuda_language() -> Language:
-    return Language(tree_sitter_cuda.language())
-
-
-# A Parser holds mutable state and is not safe to share between threads (the language server parses on
-# its event loop and in worker threads), so there is one per thread; the Language is shared.
-_thread_state = threading.local()
-
-
-def _parser() -> Parser:
-    parser: Parser | None = getattr(_thread_state, "parser", None)
-    if parser is None:
-        parser = Parser(cuda_language())
-        _thread_state.parser = parser
-    return parser
-
-
-def parse_cuda(source: str | bytes, old_tree: Tree | None = None) -> Tree:
-    """Parse CUDA source. Pass `old_tree` (already `.edit()`ed to match `source`) to reparse incrementally."""
-    data = source.encode("utf-8") if isinstance(source, str) else source
-    if old_tree is None:
-        return _parser().parse(data)
-    return _parser().parse(data, old_tree)
 
 
 def _tokens(root: Node, data: bytes, token: str) -> Iterator[Node]:
@@ -244,18 +218,6 @@ def utf8_column(line_text: str, utf16_col: int) -> int:
 
 
 # -- kernels -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TextEdit:
-    """One edit between two texts: bytes [start, old_end) of the old text became [start, new_end) of the
-    new one, and the lines after the old text's line `old_end_line` moved by `lines_by`."""
-
-    start: int
-    old_end: int
-    new_end: int
-    old_end_line: int
-    lines_by: int
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cuda_agent.agent.kernels import EarlierRead, Kernel, find_kernels, parse_cuda
+from cuda_agent.agent.kernels import EarlierRead, Kernel, find_kernels
 from cuda_agent.agent.memo import BoundedMemo
+from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.spec import KernelSpec, SpecError, complete_sizes, infer_spec, parse_specs, resolve
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
 from tree_sitter import Tree
@@ -46,7 +47,7 @@ _INFERRED: BoundedMemo[bytes, tuple[KernelSpec | None, str]] = BoundedMemo()
 
 
 def _inferred(kernel: Kernel, text: str, data: bytes, tree: Tree) -> tuple[KernelSpec | None, str]:
-    key = data[kernel.span.start_byte : kernel.span.end_byte]
+    key = data[kernel.start_byte : kernel.end_byte]
     return _INFERRED.get_or_make(key, lambda: infer_spec(kernel, text, tree))
 
 

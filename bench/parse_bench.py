@@ -16,9 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cuda_agent.agent.device_source import device_source
-from cuda_agent.agent.kernels import find_kernels, find_launch_sites, parse_cuda
+from cuda_agent.agent.kernels import find_kernels, find_launch_sites
+from cuda_agent.agent.parsing import cuda_language, parse_cuda
 from cuda_agent.agent.targets import load_targets
-from tree_sitter import Point, Tree
+from tree_sitter import Parser, Point, Tree
 
 # One module of a realistic CUDA file: a macro, helpers, a templated reduction, an element-wise kernel
 # with restrict pointers, an extern "C" kernel and a host launcher; about 60 lines.
@@ -162,16 +163,23 @@ def main() -> None:
     # The incremental tree must describe the file exactly as a fresh parse does.
     assert find_kernels(new_source, parse_cuda(new_source, edited_tree)) == find_kernels(new_source)
 
+    # parse_cuda reuses recent parses of the same or a similar text: the full figures use a parser of
+    # their own, and the candidate figures a text not seen before on each run (one kernel's constant
+    # changed), as a search's candidates are.
+    fresh = Parser(cuda_language())
+    candidates = iter(source.replace("1.0f);", f"{n}.5f);", 1) for n in range(2 * options.repeat + 4))
+
     figures = {
-        "parse (full)": lambda: parse_cuda(source),
-        "parse + find_kernels + find_launch_sites": lambda: discover(source),
+        "parse (full)": lambda: fresh.parse(source.encode()),
+        "parse + find_kernels + find_launch_sites": lambda: discover(source, fresh.parse(source.encode())),
+        "parse of a candidate (a recent parse reused)": lambda: parse_cuda(next(candidates)),
         "find_kernels + find_launch_sites (tree given)": lambda: discover(source, tree),
         # Each run reparses a fresh copy: a reparse must start from the edited, not yet reparsed tree.
         "incremental reparse after a 1-line edit": lambda: parse_cuda(new_source, edited_tree.copy()),
         "incremental reparse + discovery": lambda: discover(
             new_source, parse_cuda(new_source, edited_tree.copy())
         ),
-        "device_source (parse + blank host code)": lambda: device_source(source),
+        "device_source of a candidate (parse + blank host code)": lambda: device_source(next(candidates)),
         # What the language server runs on each edit: discovery, written specs, inferred specs (cached per
         # kernel text, so after the first run only edited kernels are inferred again).
         "load_targets (the server's analysis of an edit)": lambda: load_targets(Path("big.cu"), new_source),

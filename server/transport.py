@@ -29,15 +29,19 @@ class InsecureBind(Exception):
     """Listening beyond loopback without a token would let anyone on the network run code on the GPU."""
 
 
-def collect_garbage_less_often() -> None:
+def tune_for_latency() -> None:
     """Each request allocates thousands of short-lived protocol objects (a big file's lenses), and at
     Python's default thresholds that set off full collections over every kernel map held: 30-50 ms
-    pauses in 1% of requests. Reference counting frees those objects anyway; cycles wait longer."""
+    pauses in 1% of requests. Reference counting frees those objects anyway; cycles wait longer.
+
+    The search runs Python on worker threads; at the default 5 ms switch interval a request waits up
+    to 5 ms for the GIL at each step of its round trip (read, handle, write)."""
     gc.set_threshold(20_000, 50, 1000)
+    sys.setswitchinterval(0.001)
 
 
 def serve_stdio(backend: Backend, token: str | None = None) -> None:
-    collect_garbage_less_often()
+    tune_for_latency()
     server = create_server(backend, token=token)
     try:
         server.start_io()
@@ -135,7 +139,7 @@ async def serve_ws(
 
 
 def run_tcp(backend: Backend, host: str, port: int, token: str | None, websocket: bool = False) -> None:
-    collect_garbage_less_often()
+    tune_for_latency()
 
     def announce(bound_host: str, bound_port: int) -> None:
         # One line on stderr that scripts (and the tests) read to learn the port when --port 0 was asked.

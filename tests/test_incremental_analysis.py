@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cuda_agent.agent import kernels, targets
+from cuda_agent.agent import kernels, parsing, targets
 from cuda_agent.agent.spec import parse
 from cuda_agent.server.documents import Analysis, analyse
 from hypothesis import given, settings
@@ -28,6 +28,7 @@ def fresh(text: str, version: int) -> Analysis:
     kernels._KNOWN.clear()
     targets._INFERRED.clear()
     parse._PARSED.clear()
+    parsing._RECENT.clear()
     return analyse(PATH, text, version)[0]
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import device_source, replace_span
 from cuda_agent.agent.engine import Baseline
-from cuda_agent.agent.kernels import Kernel, Parameter, find_kernels, find_launch_sites, parse_cuda
+from cuda_agent.agent.kernels import Kernel, Parameter, find_kernels, find_launch_sites
+from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.rewrite import with_launch
 from cuda_agent.agent.spec import LaunchSpec, SpecResolveError, resolve
 from cuda_agent.agent.targets import KernelTarget, load_targets

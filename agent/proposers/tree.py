@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import replace_span
-from cuda_agent.agent.kernels import Parameter, parse_cuda
+from cuda_agent.agent.kernels import Parameter
+from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.rewrite import with_launch
 from cuda_agent.agent.spec import LaunchSpec, SpecResolveError, complete_sizes, resolve
 from cuda_agent.agent.targets import KernelTarget, load_targets

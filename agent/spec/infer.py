@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from cuda_agent.agent.kernels import Kernel, Parameter, parse_cuda
+from cuda_agent.agent.kernels import Kernel, Parameter
+from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.spec.dtypes import dtype_of_c_type, is_float
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
 from tree_sitter import Node, Tree

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import tree_sitter
-from cuda_agent.agent.kernels import Span, parse_cuda
+from cuda_agent.agent.kernels import Span
+from cuda_agent.agent.parsing import parse_cuda
 
 MARKER = "cuda-agent"
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.kernels import parse_cuda
+from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.proposers.tree import (
     FULL_MASK,
     ZERO_LITERALS,

@@ -7,7 +7,7 @@ are left as they are; loops bounded by a runtime value are left alone.
 from __future__ import annotations
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.kernels import parse_cuda
+from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, kernel_tree, walk_with_comments
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
