@@ -64,6 +64,15 @@ def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
 
+def thinking(value: str) -> dict[str, Any]:
+    """A thinking block, as current models send one by default (adaptive thinking), with its signature."""
+    return {"type": "thinking", "thinking": value, "signature": f"sig-{next(_ids):04d}"}
+
+
+def redacted_thinking() -> dict[str, Any]:
+    return {"type": "redacted_thinking", "data": f"opaque-{next(_ids):04d}"}
+
+
 def tool_use(name: str, **arguments: Any) -> dict[str, Any]:
     return {"type": "tool_use", "id": f"toolu_{next(_ids):04d}", "name": name, "input": arguments}
 
@@ -100,6 +109,7 @@ class ScriptedApi:
         self.requests: list[dict[str, Any]] = []  # JSON bodies, in order
         self.headers: list[dict[str, str]] = []
         self.answered_at: list[float] = []  # monotonic time of each answer
+        self.sent: list[Reply] = []  # the replies given, in order
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -135,8 +145,15 @@ class ScriptedApi:
     def _next(self, body: dict[str, Any]) -> Reply | HttpError | Raw | Slow:
         with self._lock:
             self.requests.append(body)
+            refused = _dropped_thinking(body, self.sent) if self.wire == "anthropic" else None
+            if refused is not None:
+                return refused
             step = self.steps.pop(0) if self.steps else reply(text("(the script has ended)"))
-        return step(body) if callable(step) else step
+        step = step(body) if callable(step) else step
+        if isinstance(step, Reply):
+            with self._lock:
+                self.sent.append(step)
+        return step
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
@@ -186,6 +203,27 @@ class ScriptedApi:
                 self.wfile.write(payload)
 
         return Handler
+
+
+def _dropped_thinking(body: dict[str, Any], sent: list[Reply]) -> HttpError | None:
+    """The Messages API's refusal of a conversation whose last assistant turn (a tool call) lost the
+    thinking blocks the model sent with it: they must come back first, unchanged, signature included."""
+    messages = body.get("messages", [])
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+    if last is None or not sent:
+        return None
+    reasoning = [b for b in sent[-1].blocks if b["type"] in ("thinking", "redacted_thinking")]
+    content = messages[last]["content"]
+    if reasoning and (not isinstance(content, list) or content[: len(reasoning)] != reasoning):
+        first = content[0].get("type") if isinstance(content, list) and content else "text"
+        return HttpError(
+            400,
+            "invalid_request_error",
+            f"messages.{last}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+            f"`{first}`. A final `assistant` message must start with the thinking blocks sent with its "
+            "tool calls, unchanged.",
+        )
+    return None
 
 
 def _usage(step: Reply, body: dict[str, Any], first: bool) -> dict[str, int]:

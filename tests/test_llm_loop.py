@@ -24,8 +24,10 @@ from tests.llm_scripted import (
     Step,
     compile_and_test,
     recorded_session,
+    redacted_thinking,
     reply,
     text,
+    thinking,
     tool_use,
 )
 
@@ -141,6 +143,25 @@ def test_a_wrong_result_is_shown_to_the_model_and_its_fix_is_measured(
     assert (
         outcome.best is outcome.results[1] and outcome.best.candidate.description == "LLM: fixed; block [256]"
     )
+
+
+def test_the_models_thinking_goes_back_with_its_tool_calls(target: KernelTarget) -> None:
+    """Current models think by default; the API refuses a tool result whose call lost its thinking."""
+    first = (thinking("Memory-bound: wider loads."), redacted_thinking())
+    steps: list[Step] = [
+        reply(*first, text("Trying float4."), compile_and_test(SAXPY, block=[256])),
+        reply(thinking("That was faster; done."), text("Done.")),
+    ]
+    with recorded_engine() as engine:
+        outcome, api = run(engine, target, steps)
+
+    assert outcome.llm is not None and outcome.llm.stop_reason == "the model finished"
+    assert outcome.best is not None and outcome.best.speedup == pytest.approx(SPEEDUP)
+    sent_back = api.requests[1]["messages"][-2]
+    assert sent_back["role"] == "assistant" and sent_back["content"][:2] == list(first)
+    # Kept in the transcript too: the feedback log's trajectories hold what the model thought.
+    said = [t for t in outcome.llm.transcript() if t.get("role") == "assistant"]
+    assert said[0]["reasoning"][0]["thinking"] == "Memory-bound: wider loads."
 
 
 def test_rate_limits_and_overload_are_retried_by_the_sdk(target: KernelTarget) -> None:

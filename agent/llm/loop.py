@@ -190,7 +190,14 @@ def _ask(provider: ChatProvider, session: LlmSession, clock: Callable[[], float]
         seconds = clock() - asked
         session.model_seconds += seconds
         session.turns.append(
-            Turn("assistant", reply.text, reply.tool_calls, usage=reply.usage, seconds=seconds)
+            Turn(
+                "assistant",
+                reply.text,
+                reply.tool_calls,
+                usage=reply.usage,
+                seconds=seconds,
+                reasoning=reply.reasoning,
+            )
         )
         return reply
     return f"the model's replies could not be read ({len(problems)} tries): {problems[-1]}"

@@ -37,6 +37,9 @@ class Reply:
     tool_calls: tuple[ToolCall, ...]
     stop: str  # "tool_use", "end_turn", "max_tokens", or what the API said
     usage: Usage
+    # The model's thinking blocks (Messages API `thinking` / `redacted_thinking`), verbatim with their
+    # signatures: a reply that called tools must carry them back, or the API refuses the next request.
+    reasoning: tuple[dict[str, Any], ...] = ()
 
 
 class ProviderError(Exception):
@@ -120,7 +123,9 @@ def anthropic_messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for turn in turns:
         if turn.role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.text}] if turn.text else []
+            # Thinking first, as the model wrote it (a reply's thinking precedes its text and tool calls).
+            blocks: list[dict[str, Any]] = [dict(block) for block in turn.reasoning]
+            blocks += [{"type": "text", "text": turn.text}] if turn.text else []
             blocks += [
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input or {}}
                 for c in turn.tool_calls
@@ -154,11 +159,16 @@ def _anthropic_reply(message: Any) -> Reply:
         content = message.content
         if not isinstance(content, list):
             raise MalformedReply(f"the reply has no content list (got {type(content).__name__})")
-        texts, calls = [], []
+        texts, calls, reasoning = [], [], []
         for block in content:
             kind = getattr(block, "type", None)
             if kind == "text":
                 texts.append(str(block.text))
+            elif kind == "thinking":
+                thinking = {"thinking": str(block.thinking), "signature": str(block.signature)}
+                reasoning.append({"type": kind, **thinking})
+            elif kind == "redacted_thinking":
+                reasoning.append({"type": kind, "data": str(block.data)})
             elif kind == "tool_use":
                 arguments = block.input
                 problem = "" if isinstance(arguments, dict) else "the tool input is not a JSON object"
@@ -172,7 +182,8 @@ def _anthropic_reply(message: Any) -> Reply:
             cache_write_tokens=int(getattr(usage, "cache_creation_input_tokens", 0) or 0),
             cache_read_tokens=int(getattr(usage, "cache_read_input_tokens", 0) or 0),
         )
-        return Reply("\n".join(texts).strip(), tuple(calls), str(message.stop_reason or ""), read)
+        stop = str(message.stop_reason or "")
+        return Reply("\n".join(texts).strip(), tuple(calls), stop, read, tuple(reasoning))
     except MalformedReply:
         raise
     except (AttributeError, TypeError, ValueError) as exc:

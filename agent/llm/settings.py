@@ -45,8 +45,11 @@ class LlmSettings:
     api_key: str | None = field(default=None, repr=False, compare=False)
     budget: LlmBudget = LlmBudget()
     max_retries: int = 4  # the SDK's own retries of 429, 529, 5xx and timeouts (honouring retry-after)
-    request_timeout_s: float = 300.0
-    max_output_tokens: int = 8192
+    # A long reply takes minutes (the SDK's own limit for a request without streaming is 10).
+    request_timeout_s: float = 600.0
+    # Thinking counts against it, and current models think by default (adaptive thinking): 8,192 left
+    # too little for the code after a long think.
+    max_output_tokens: int = 16_000
 
     @property
     def model_name(self) -> str:

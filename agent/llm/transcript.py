@@ -55,10 +55,13 @@ class Turn:
     is_error: bool = False  # a tool turn that refused or could not run the call
     usage: Usage | None = None  # assistant turns
     seconds: float = 0.0  # the model's time (assistant) or the engine's (tool)
+    # Assistant turns: the model's thinking blocks, sent back verbatim (see providers.Reply.reasoning).
+    reasoning: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["tool_calls"] = [asdict(call) for call in self.tool_calls]
+        data["reasoning"] = [dict(block) for block in self.reasoning]  # as JSON reads it back
         return data
 
 
