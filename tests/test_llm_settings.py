@@ -63,6 +63,7 @@ def test_bad_llm_settings_are_named_and_the_key_is_never_echoed() -> None:
         ("claude-sonnet-5-5", 0.019),  # $2 in, $10 out, cache writes 1.25x and reads 0.1x of the input price
         ("claude-opus-4-1", 0.1425),
         ("claude-haiku-4-5", 0.0095),
+        ("claude-fable-5-1", 0.095),
     ],
 )
 def test_the_cost_estimate_follows_the_price_list(model: str, dollars: float) -> None:
@@ -71,10 +72,12 @@ def test_the_cost_estimate_follows_the_price_list(model: str, dollars: float) ->
 
 
 def test_a_model_without_a_price_is_estimated_high_and_says_so() -> None:
-    assert (
-        price_of("anthropic", "claude-fable-5-2").note
-        == "priced as Claude Opus: the model is not in the price table"
+    unknown = price_of("anthropic", "claude-nova-1")
+    assert unknown.note == (
+        "priced as Claude Fable, the priciest current model: the model is not in the price table"
     )
+    fable = price_of("anthropic", "claude-fable-5-1")
+    assert (unknown.input_per_mtok, unknown.output_per_mtok) == (fable.input_per_mtok, fable.output_per_mtok)
     assert cost_usd(price_of("openai-compatible", "kernel-coder-7b"), Usage(10**6, 10**6)) == 0.0
 
 

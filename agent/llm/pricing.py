@@ -25,6 +25,7 @@ class Price:
 
 # First match wins: the older, pricier Opus 4 and 4.1 before the later Opus.
 _TABLE: tuple[tuple[re.Pattern[str], Price], ...] = (
+    (re.compile(r"claude-fable"), Price(10.0, 50.0)),
     (re.compile(r"claude-opus-4(-0|-1)?($|-\d{8})"), Price(15.0, 75.0)),
     (re.compile(r"claude-opus-5-5"), Price(4.0, 20.0)),
     (re.compile(r"claude-opus"), Price(5.0, 25.0)),
@@ -34,7 +35,9 @@ _TABLE: tuple[tuple[re.Pattern[str], Price], ...] = (
     (re.compile(r"claude-haiku-4"), Price(1.0, 5.0)),
 )
 # Over- rather than under-estimated, so that the cost budget stops a session early rather than late.
-_UNKNOWN = Price(5.0, 25.0, "priced as Claude Opus: the model is not in the price table")
+_UNKNOWN = Price(
+    10.0, 50.0, "priced as Claude Fable, the priciest current model: the model is not in the price table"
+)
 _SELF_HOSTED = Price(0.0, 0.0, "self-hosted: no per-token price")
 
 
