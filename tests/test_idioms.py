@@ -341,9 +341,79 @@ __global__ void transpose(float alpha, const float* a, float* b, int rows, int c
 
 def test_coalesced_copy_is_not_a_transpose() -> None:
     source = (ROOT / "examples" / "transpose.cu").read_text()
-    copy = source.replace("dst[col * rows + row]", "dst[row * cols + col]")
+    # Without the oracle only the code can say what the kernel does (with it, the spec says transpose).
+    copy = source.replace("dst[col * rows + row]", "dst[row * cols + col]").replace(
+        'oracle = { dst = "src.T" }', ""
+    )
     target = load_targets(Path("t.cu"), copy).find("transpose")
     assert target is not None and IDIOM_PROPOSERS["idiom:transpose"](target) == []
+
+
+@needs_compiler
+def test_a_kernel_whose_oracle_transposes_gets_the_tiled_transpose_whatever_its_code() -> None:
+    # A shared tile without padding and one element a thread: not the naive pattern, but the spec's oracle
+    # and shapes say transpose.
+    target = load_targets(ROOT / "bench" / "kernels" / "transpose_shared.cu").find("transpose_shared")
+    assert target is not None
+    _check(target, "idiom:transpose")
+    (candidate,) = IDIOM_PROPOSERS["idiom:transpose"](target)
+    assert "[32][32 + 1]" in candidate.source and candidate.block == (32, 8)
+
+
+SQUARE = """/* cuda-agent
+[sizes]
+n = 4096
+[args]
+a = {{ role = "input", dtype = "float32", shape = ["n", "n"] }}
+{extra}b = {{ role = "output", dtype = "float32", shape = ["n", "n"] }}
+n = {{ role = "scalar", dtype = "int32", value = "n" }}
+[launch]
+block = [32, 32]
+grid = ["ceil_div(n, 32)", "ceil_div(n, 32)"]
+[verify]
+oracle = {{ b = "{oracle}" }}
+*/
+__global__ void square({parameters}) {{
+    __shared__ float tile[32][32];
+    int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
+    if (x < n && y < n) tile[threadIdx.y][threadIdx.x] = a[y * n + x];
+    __syncthreads();
+    x = blockIdx.y * 32 + threadIdx.x; y = blockIdx.x * 32 + threadIdx.y;
+    if (x < n && y < n) b[y * n + x] = {scale}tile[threadIdx.x][threadIdx.y];
+}}"""
+
+
+@pytest.mark.parametrize(
+    "oracle",
+    ["a.T", "a.t()", "torch.t(a)", "a.transpose(0, 1)", "torch.transpose(a, -1, -2)", "a.mT.contiguous()"],
+)
+@needs_compiler
+def test_every_spelling_of_a_transpose_oracle_is_read(oracle: str) -> None:
+    parameters = "const float* a, float* b, int n"
+    source = SQUARE.format(extra="", oracle=oracle, parameters=parameters, scale="")
+    _check(_target(source, "square"), "idiom:transpose")
+
+
+@pytest.mark.parametrize(
+    ("oracle", "extra", "scale"),
+    [
+        ("a.T * 2", "", "2.0f * "),  # more than a transpose
+        ("a", "", ""),  # a copy
+        (
+            "a.T",
+            'alpha = { role = "scalar", dtype = "float32", value = 2 }\n',
+            "alpha * ",
+        ),  # a parameter it may use
+    ],
+)
+def test_an_oracle_that_is_not_a_plain_transpose_gets_no_tiled_transpose(
+    oracle: str, extra: str, scale: str
+) -> None:
+    parameters = "const float* a, " + ("float alpha, " if extra else "") + "float* b, int n"
+    source = SQUARE.format(
+        extra=extra, out_shape='["n", "n"]', oracle=oracle, parameters=parameters, scale=scale
+    )
+    assert IDIOM_PROPOSERS["idiom:transpose"](_target(source, "square")) == []
 
 
 # -- matrix multiply -----------------------------------------------------------------------------------
