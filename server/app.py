@@ -277,6 +277,7 @@ def create_server(
         text = ls.workspace.get_text_document(params.text_document.uri)  # pygls applied the changes
         document = ls.documents.change(text.uri, params.text_document.version, text.source)
         ls.feedback.text_changed(document.uri, document.version, document.text)
+        ls.jobs.text_changed(document.uri, document.version)
         restart_timer(document, _analyse_and_publish(ls, document, delay_s=DEBOUNCE_S))
         idle = ls.settings.trigger == "idle"
         restart_idle_timer(document, _optimize_when_idle(ls, document, document.version) if idle else None)

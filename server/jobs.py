@@ -148,6 +148,14 @@ class OptimizationJobs:
             job.task.cancel()
         return True
 
+    def text_changed(self, uri: str, version: int) -> None:
+        """The document's text is now `version`. Its queued jobs for older text could never be shown, so
+        they go before they start (a save of a big file queues a job for every kernel, and each would
+        open and close a progress bar); a running one stops at its next candidate."""
+        for (job_uri, _), job in list(self._jobs.items()):
+            if job_uri == uri and job.version != version and not job.started and job.task is not None:
+                job.task.cancel()
+
     def reject(self, document: Document, kernel: str) -> bool:
         """Forget the kernel's suggestion and publish without it; a search still running for this text
         (the suggestion was its best so far) stops. False when there was none."""
@@ -170,7 +178,7 @@ class OptimizationJobs:
     async def _run(self, job: Job, uri: str, target: KernelTarget) -> None:
         host, kernel, version = self._host, target.kernel.name, job.version
         document = host.documents.get(uri)
-        if document is None:
+        if document is None or not host.documents.is_current(document, version):
             return
         token = f"cuda-agent/optimize/{next(self._tokens)}"
         progress = await _begin_progress(host.work_done_progress, token, kernel)

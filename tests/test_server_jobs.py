@@ -219,6 +219,25 @@ async def test_an_edit_during_the_job_leaves_no_stale_suggestion(client: Languag
     assert await rewrite_actions(client, uri, []) == []
 
 
+async def test_an_edit_drops_the_queued_jobs_of_the_old_text(client: LanguageClient, tmp_path: Path):
+    """A save of a big file queues a job for every kernel: after an edit none of them may start (each
+    would flash a progress bar, for a result that could never be shown)."""
+    uri = await open_and_optimize(client, tmp_path, "queued.cu")  # saxpy holds the GPU
+    optimize_relu = types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "relu"])
+    assert (await client.workspace_execute_command_async(optimize_relu))["started"] is True
+    replace_text(client, uri, ELEMENTWISE.replace("// Element-wise", "// Edited element-wise"), version=2)
+
+    cancel = types.ExecuteCommandParams(command="cudaAgent.cancelOptimization", arguments=[uri, "relu"])
+    assert await client.workspace_execute_command_async(cancel) == {"cancelled": False}  # already gone
+    await wait_until(
+        lambda: all(isinstance(r[-1], types.WorkDoneProgressEnd) for r in client.progress_reports.values()),
+        JOB_TIMEOUT_S,
+        "saxpy's job to end",
+    )
+    await diagnostics_for(client, uri, 2)  # a round trip: a job started after saxpy's would have begun
+    assert len(client.progress_reports) == 1  # saxpy's only
+
+
 async def test_reject_removes_the_suggestion(client: LanguageClient, tmp_path: Path):
     uri = await open_and_optimize(client, tmp_path, "reject.cu")
     await diagnostics_for(client, uri, 1, lambda ds: any(map(is_rewrite, ds)), JOB_TIMEOUT_S)
