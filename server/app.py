@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from cuda_agent.agent.llm.settings import describe, disabled_reason
 from cuda_agent.agent.llm.transcript import render_markdown
@@ -37,6 +38,7 @@ from cuda_agent.server.jobs import (
     URGENT,
     OptimizationJobs,
 )
+from cuda_agent.server.positions import apply_change
 from cuda_agent.server.rewrites import OptimizeResult
 from cuda_agent.server.settings import SECTION, ServerSettings, read_settings, section_of
 from lsprotocol import types
@@ -84,6 +86,25 @@ class CudaAgentProtocol(LanguageServerProtocol):
         server.end_session()
         if self.writer is not None:
             close_writer(self.writer)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(
+        self, params: types.DidChangeTextDocumentParams
+    ) -> Generator[Any, Any, None]:
+        """pygls applies a change to lines split by `str.splitlines`, which also breaks at form feeds
+        (GNU sources separate pages with them), vertical tabs and U+2028, and clamps the change's positions
+        in place to those lines: an edit below a form feed landed on another line, and the server analysed
+        (and would have rewritten) text the editor did not hold. Here lines end where LSP says
+        (positions.apply_change), and pygls's copy takes the result whole."""
+        uri = params.text_document.uri
+        if unquote(uri) in self.workspace.text_documents:  # pygls keys documents by unquoted URI
+            text = self.workspace.get_text_document(uri).source
+            for change in params.content_changes:
+                text = apply_change(text, change)
+            whole = types.TextDocumentContentChangeWholeDocument(text=text)
+            self.workspace.update_text_document(params.text_document, whole)
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
 
 
 class CudaAgentServer(LanguageServer):
@@ -274,7 +295,7 @@ def create_server(
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @guarded(lambda: None)
     async def did_change(ls: CudaAgentServer, params: types.DidChangeTextDocumentParams) -> None:
-        text = ls.workspace.get_text_document(params.text_document.uri)  # pygls applied the changes
+        text = ls.workspace.get_text_document(params.text_document.uri)  # the protocol applied the changes
         document = ls.documents.change(text.uri, params.text_document.version, text.source)
         ls.feedback.text_changed(document.uri, document.version, document.text)
         ls.jobs.text_changed(document.uri, document.version)

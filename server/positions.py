@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from cuda_agent.agent.kernels import Span, utf8_column, utf16_column
@@ -73,3 +74,51 @@ def character_range(lines: Sequence[str], line: int, column: int) -> types.Range
 def to_byte_column(lines: Sequence[str], position: types.Position) -> tuple[int, int]:
     """(0-based line, UTF-8 byte column) of an LSP position, to compare with the engine's spans."""
     return position.line, utf8_column(_line(lines, position.line), position.character)
+
+
+# -- text sync ---------------------------------------------------------------------------------------
+
+_LONE_CR = re.compile(r"\r(?!\n)")
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def apply_change(
+    text: str, change: types.TextDocumentContentChangePartial | types.TextDocumentContentChangeWholeDocument
+) -> str:
+    """`text` after one `didChange` content change. pygls's own copy of the document splits lines with
+    `str.splitlines`, which also breaks at form feeds (GNU sources have them), vertical tabs and U+2028:
+    an edit below one landed a line too high, and the server analysed (and rewrote) text the editor did
+    not hold. Here lines end where LSP says: at `\n`, `\r\n` or `\r`."""
+    if not isinstance(change, types.TextDocumentContentChangePartial):
+        return change.text
+    start, end = offset_at(text, change.range.start), offset_at(text, change.range.end)
+    return text[:start] + change.text + text[max(start, end) :]
+
+
+def offset_at(text: str, position: types.Position) -> int:
+    """The string index of an LSP position (UTF-16 code units), clamped as LSP asks: a character past its
+    line's end is the line's end, a line past the last is the end of the text."""
+    start = _line_start(text, position.line)
+    if start is None:
+        return len(text)
+    ending = _LINE_END.search(text, start)
+    line = text[start : ending.start() if ending else len(text)]
+    units = 0
+    for index, char in enumerate(line):
+        if units >= position.character:
+            return start + index
+        units += 2 if ord(char) > 0xFFFF else 1
+    return start + len(line)
+
+
+def _line_start(text: str, line: int) -> int | None:
+    if line <= 0:
+        return 0
+    if _LONE_CR.search(text) is None:
+        # Lines end at \n (a \r\n's \r stays on its line): split in C, not a Python loop per line.
+        parts = text.split("\n", line)
+        return len(text) - len(parts[-1]) if len(parts) > line else None
+    for count, ending in enumerate(_LINE_END.finditer(text), 1):
+        if count == line:
+            return ending.end()
+    return None

@@ -149,6 +149,33 @@ async def test_code_lens_above_each_kernel_and_a_note_without_spec(client: Langu
     assert list(optimize.command.arguments) == [uri, "gather_rows"]
 
 
+async def test_incremental_edits_land_where_the_editor_made_them_past_form_feeds(
+    client: LanguageClient, tmp_path
+):
+    """Lines end at \\n, \\r\\n and \\r only: a form feed (GNU sources separate pages with them) or
+    U+2028 in a comment does not start a line, so an edit below one lands on its own line."""
+    text = "// Page one.\f\n// See also\u2028the next page.\n" + TWO_KERNELS
+    uri = uri_of(tmp_path, "pages.cu")
+    open_document(client, uri, text)
+    await diagnostics_for(client, uri, 1)
+    lines = text.split("\n")
+    line = next(i for i, t in enumerate(lines) if "void gather_rows" in t)
+    column = lines[line].index("gather_rows")
+    where = types.Range(types.Position(line, column), types.Position(line, column + len("gather_rows")))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangePartial(range=where, text="gather")],
+        )
+    )
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    named = {(lens.range.start.line, lens.command.arguments[1]) for lens in lenses if lens.command}
+    scale_line = next(i for i, t in enumerate(lines) if "void scale_add" in t)
+    assert named == {(scale_line, "scale_add"), (line, "gather")}
+
+
 async def test_hover_shows_what_is_known(client: LanguageClient, tmp_path):
     uri = uri_of(tmp_path, "hover.cu")
     open_document(client, uri, SCALE_ADD)
