@@ -37,6 +37,7 @@ from cuda_agent.agent.rewrite import unified_diff
 from cuda_agent.agent.search import SearchBudget
 from cuda_agent.agent.spec import SpecError
 from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
+from cuda_agent.line_endings import in_line_endings_of
 from cuda_agent.sandbox.reports import CompileResult, DeviceInfo, WorkerError
 from cuda_agent.tables import (
     baseline_table,
@@ -189,9 +190,30 @@ def _load(path: Path) -> FileTargets:
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     try:
-        return load_targets(path)
+        # As bytes: Python's text mode turns \r\n into \n, and `--write` wrote a CRLF file back as LF.
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror})") from exc
+    return load_targets(path, data.decode("utf-8", errors="replace"))
+
+
+def _write_rewrite(path: Path, loaded: str, rewritten: str) -> str | None:
+    """Write the rewritten file, in the file's own line endings; why not, if it must not be written."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"cannot read it again ({exc.strerror})"
+    try:
+        current = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "it is not valid UTF-8, and writing would replace the bytes that are not"
+    if current != loaded:
+        return "it changed on disk while it was being optimized"
+    try:
+        path.write_bytes(in_line_endings_of(current, rewritten).encode("utf-8"))
+    except OSError as exc:
+        return f"cannot write it ({exc.strerror})"
+    return None
 
 
 def _print_spec_errors(path: Path, errors: Sequence[SpecError]) -> None:
@@ -332,7 +354,9 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
         source = best.source
         console.print()
     if args.write and source != files.source:
-        args.file.write_text(source, encoding="utf-8")
+        if (refused := _write_rewrite(args.file, files.source, source)) is not None:
+            err.print(f"[red]cuda-agent: not writing {relative(args.file)}: {escape(refused)}[/]")
+            return 1
         console.print(f"[green]wrote {relative(args.file)}[/]")
     if args.llm_transcript is not None and transcripts:
         args.llm_transcript.write_text("\n".join(transcripts), encoding="utf-8")

@@ -17,6 +17,8 @@ from cuda_agent.server.positions import span_range, to_byte_column
 from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
 
+from cuda_agent.line_endings import in_line_endings_of
+
 ADD_SPEC_TITLE = "Add benchmark spec"
 OPTIMIZE_TITLE = "Optimize kernel"
 REJECT_TITLE = "Reject suggestion"
@@ -125,7 +127,7 @@ def rewrite_edit(document: Document, result: OptimizeResult, document_changes: b
     the changed lines, not the whole file replaced."""
     assert result.rewrite is not None
     rewrite = result.rewrite
-    changes = changed_lines(document.text, rewrite.source)
+    changes = changed_lines(document.text, in_line_endings_of(document.text, rewrite.source))
     if not document_changes:  # annotations travel only in documentChanges
         return types.WorkspaceEdit(
             changes={result.uri: [types.TextEdit(range=where, new_text=text) for where, text in changes]}
@@ -187,7 +189,8 @@ def add_spec_edit(
         return None
     line = span_range(analysis.lines, target.kernel.span).start.line
     at = types.Position(line=line, character=0)
-    text_edit = types.TextEdit(range=types.Range(start=at, end=at), new_text=render_spec(target.spec) + "\n")
+    spec = in_line_endings_of(analysis.targets.source, render_spec(target.spec) + "\n")
+    text_edit = types.TextEdit(range=types.Range(start=at, end=at), new_text=spec)
     if document_changes:
         # Versioned: a client refuses the edit if the text moved on since this analysis.
         return types.WorkspaceEdit(

@@ -17,8 +17,12 @@ EXAMPLES = ROOT / "examples"
 needs_no_gpu = pytest.mark.skipif(gpu_unavailable_reason() is None, reason="these check the no-GPU behaviour")
 
 
-def run(*args: str, cwd: Path = ROOT, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, cwd: Path = ROOT, cache: Path | None = None, recording: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="160", CUDA_AGENT_CACHE_DIR=str(cache or ROOT / ".pytest-cache-dir"))
+    if recording is not None:  # the GPU's answers from a recording (tests/recordings), as the server tests do
+        env["CUDA_AGENT_RECORDED_WORKER"] = str(recording)
     return subprocess.run(
         [sys.executable, "-m", "cuda_agent", *args],
         capture_output=True,
@@ -100,3 +104,27 @@ def test_doctor_without_gpu_reports_the_toolchain(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "NVRTC: 13." in result.stdout
     assert "GPU:" in result.stdout
+
+
+RECORDING = ROOT / "tests" / "recordings" / "elementwise_h200.json"
+
+
+def test_write_keeps_the_files_crlf_line_endings(tmp_path: Path) -> None:
+    path = tmp_path / "elementwise.cu"
+    path.write_bytes((EXAMPLES / "elementwise.cu").read_bytes().replace(b"\n", b"\r\n"))
+    result = run("optimize", str(path), "--kernel", "saxpy", "--write", cache=tmp_path, recording=RECORDING)
+    assert result.returncode == 0, result.stdout + result.stderr
+    written = path.read_bytes()
+    assert b"block = [256]\r\n" in written  # the rewrite is in
+    assert written.count(b"\n") == written.count(b"\r\n")  # and every line still ends in CRLF
+
+
+def test_write_leaves_a_file_that_is_not_utf8_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "elementwise.cu"
+    original = (EXAMPLES / "elementwise.cu").read_bytes().replace(b"// ", b"// \xff ", 1)
+    path.write_bytes(original)
+    result = run("optimize", str(path), "--kernel", "saxpy", "--write", cache=tmp_path, recording=RECORDING)
+    assert result.returncode == 1
+    assert "not writing" in result.stderr and "not valid UTF-8" in result.stderr
+    assert "block = [256]" in result.stdout  # the rewrite is still shown
+    assert path.read_bytes() == original

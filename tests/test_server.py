@@ -253,6 +253,24 @@ async def test_add_benchmark_spec_writes_a_spec_that_parses(client: LanguageClie
     assert [lens.command.title for lens in lenses if lens.command] == ["▶ Optimize", "▶ Optimize"]
 
 
+async def test_a_spec_added_to_a_crlf_file_ends_its_lines_in_crlf(client: LanguageClient, tmp_path):
+    text = TWO_KERNELS.replace("\n", "\r\n")
+    uri = uri_of(tmp_path, "windows.cu")
+    open_document(client, uri, text)
+    line = next(i for i, t in enumerate(text.split("\n")) if "scale_add(" in t)
+    at = types.Position(line=line, character=30)
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=at, end=at),
+            context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.QuickFix]),
+        )
+    )
+    assert actions and isinstance(actions[0], types.CodeAction) and actions[0].edit is not None
+    edited = apply_text_edits(text, edits_for(actions[0].edit, uri))
+    assert "/* cuda-agent" in edited and edited.count("\n") == edited.count("\r\n")
+
+
 async def test_optimize_without_a_gpu_says_so_once(client: LanguageClient, tmp_path):
     uri = uri_of(tmp_path, "opt.cu")
     open_document(client, uri, SCALE_ADD)
