@@ -87,6 +87,16 @@ class CudaAgentProtocol(LanguageServerProtocol):
         if self.writer is not None:
             close_writer(self.writer)
 
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, types.InitializeResult]:
+        """Positions are UTF-16 code units throughout (positions.py), the encoding every client must
+        support. pygls would take the client's first choice, and Neovim asks for UTF-8 first: columns
+        on a line with a non-ASCII character before them were off, in both directions."""
+        general = params.capabilities.general
+        if general is not None and general.position_encodings:
+            general.position_encodings = [types.PositionEncodingKind.Utf16]
+        return (yield from super().lsp_initialize(params))
+
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(
         self, params: types.DidChangeTextDocumentParams

@@ -62,6 +62,20 @@ async def client(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
+@pytest_lsp.fixture(
+    config=ClientServerConfig(
+        server_command=SERVE, server_env=SERVER_ENV, client_factory=make_recording_client
+    )
+)
+async def neovim(lsp_client: LanguageClient):
+    result = await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=client_capabilities("neovim"))
+    )
+    lsp_client.initialized_with = result  # type: ignore[attr-defined]
+    yield
+    await lsp_client.shutdown_session()
+
+
 def uri_of(tmp_path: Path, name: str) -> str:
     return (tmp_path / name).as_uri()
 
@@ -174,6 +188,32 @@ async def test_incremental_edits_land_where_the_editor_made_them_past_form_feeds
     named = {(lens.range.start.line, lens.command.arguments[1]) for lens in lenses if lens.command}
     scale_line = next(i for i, t in enumerate(lines) if "void scale_add" in t)
     assert named == {(scale_line, "scale_add"), (line, "gather")}
+
+
+async def test_a_client_asking_for_utf8_first_gets_utf16_positions_that_hold(
+    neovim: LanguageClient, tmp_path
+):
+    """Neovim lists UTF-8 first; the server's columns are UTF-16 units, so it says so, and an edit after a
+    non-ASCII character lands where it was made."""
+    result = neovim.initialized_with  # type: ignore[attr-defined]
+    assert result.capabilities.position_encoding == types.PositionEncodingKind.Utf16
+    text = TWO_KERNELS.replace("__global__ void gather_rows", "/* é😀 */ __global__ void gather_rows")
+    uri = uri_of(tmp_path, "accents.cu")
+    open_document(neovim, uri, text)
+    lines = text.split("\n")
+    line = next(i for i, t in enumerate(lines) if "void gather_rows" in t)
+    column = len(lines[line][: lines[line].index("gather_rows")].encode("utf-16-le")) // 2
+    where = types.Range(types.Position(line, column), types.Position(line, column + len("gather_rows")))
+    neovim.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangePartial(range=where, text="gather")],
+        )
+    )
+    lenses = await neovim.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    assert {lens.command.arguments[1] for lens in lenses if lens.command} == {"scale_add", "gather"}
 
 
 async def test_hover_shows_what_is_known(client: LanguageClient, tmp_path):
