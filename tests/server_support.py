@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -103,6 +104,31 @@ def replace_text(client: LanguageClient, uri: str, text: str, version: int) -> N
             content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
         )
     )
+
+
+def change_text(
+    client: LanguageClient, uri: str, text: str, start: int, end: int, new: str, version: int
+) -> str:
+    """Replace text[start:end] with an incremental change, positioned as an editor does (lines end at
+    \\n, \\r\\n or \\r; characters are UTF-16 units); the new text."""
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(position_of(text, start), position_of(text, end)), text=new
+                )
+            ],
+        )
+    )
+    return text[:start] + new + text[end:]
+
+
+def position_of(text: str, index: int) -> types.Position:
+    before = text[:index]
+    ends = list(re.finditer(r"\r\n|\r|\n", before))
+    start = ends[-1].end() if ends else 0
+    return types.Position(line=len(ends), character=len(before[start:].encode("utf-16-le")) // 2)
 
 
 def offset_of(text: str, position: types.Position) -> int:
