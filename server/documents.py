@@ -60,8 +60,10 @@ class Document:
     # Where the user last was (0-based line, UTF-16 character), from hovers and code-action requests
     # (editors ask for code actions as the cursor moves): that kernel is optimized first.
     cursor: tuple[int, int] | None = None
-    # The code lenses last sent, and what they were made from (see lenses.code_lenses).
+    # The code lenses last sent, and what they were made from (see lenses.code_lenses); and each kernel's
+    # lenses by (name, line, spec inferred), with the result they show, for the next text's lenses.
     lenses: tuple[tuple[object, ...], list[Any]] | None = None
+    lens_parts: dict[tuple[str, int, bool], tuple[object, list[Any]]] = field(default_factory=dict)
     _analysing: tuple[int, asyncio.Task[tuple[Analysis, Parsed]]] | None = None
     _parsed: Parsed = None  # the last analysed text, its tree and its kernels
     _debounce: asyncio.Task[None] | None = None

@@ -30,8 +30,11 @@ def code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
 
 
 def _code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
-    uri = document.uri
-    lenses = []
+    """Every kernel's lenses. An edit moves the kernels below it, usually by no line at all, so a kernel's
+    lenses are taken from the last text's where its name, line, spec and result are the same (building
+    a big file's ~500 lenses anew took most of a lens request after each keystroke)."""
+    lenses: list[types.CodeLens] = []
+    earlier, parts = document.lens_parts, {}
     for target in analysis.targets.targets:
         name = target.kernel.name
         if not name:
@@ -39,47 +42,51 @@ def _code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]
         # On the kernel's first line (a template's `template <...>`), where editors draw lenses above; the
         # line needs no UTF-16 conversion (a big file's lenses spent 10 ms converting whole ranges).
         first_line = min(target.kernel.span.start_line, max(len(analysis.lines) - 1, 0))
-        where = types.Range(
-            start=types.Position(line=first_line, character=0),
-            end=types.Position(line=first_line, character=0),
-        )
         result = document.current_result(name) if analysis.version == document.version else None
-        if result is not None and result.rewrite is not None:
-            arguments = [uri, name]
-            lenses += [
-                # An empty command id: a label, not clickable (VS Code draws it as plain text).
-                types.CodeLens(
-                    range=where,
-                    command=types.Command(title=f"⚡ {result.rewrite.speedup:.2f}× verified", command=""),
-                ),
-                types.CodeLens(
-                    range=where,
-                    command=types.Command(title="Apply", command=APPLY_COMMAND, arguments=arguments),
-                ),
-                types.CodeLens(
-                    range=where,
-                    command=types.Command(title="Reject", command=REJECT_COMMAND, arguments=arguments),
-                ),
-            ]
-            continue
-        lenses.append(
+        key = (name, first_line, target.spec is not None and target.spec.inferred)
+        kept = earlier.get(key)
+        made = (
+            kept[1] if kept is not None and kept[0] is result else _kernel_lenses(document.uri, key, result)
+        )
+        parts[key] = (result, made)
+        lenses += made
+    document.lens_parts = parts
+    return lenses
+
+
+def _kernel_lenses(
+    uri: str, key: tuple[str, int, bool], result: OptimizeResult | None
+) -> list[types.CodeLens]:
+    name, line, inferred = key
+    where = types.Range(
+        start=types.Position(line=line, character=0), end=types.Position(line=line, character=0)
+    )
+    arguments = [uri, name]
+    if result is not None and result.rewrite is not None:
+        return [
+            # An empty command id: a label, not clickable (VS Code draws it as plain text).
             types.CodeLens(
                 range=where,
-                command=types.Command(
-                    title=_measured(result) + "▶ Optimize", command=OPTIMIZE_COMMAND, arguments=[uri, name]
-                ),
-            )
+                command=types.Command(title=f"⚡ {result.rewrite.speedup:.2f}× verified", command=""),
+            ),
+            types.CodeLens(
+                range=where, command=types.Command(title="Apply", command=APPLY_COMMAND, arguments=arguments)
+            ),
+            types.CodeLens(
+                range=where,
+                command=types.Command(title="Reject", command=REJECT_COMMAND, arguments=arguments),
+            ),
+        ]
+    title = _measured(result) + "▶ Optimize"
+    made = [
+        types.CodeLens(
+            range=where, command=types.Command(title=title, command=OPTIMIZE_COMMAND, arguments=arguments)
         )
-        if target.spec is not None and target.spec.inferred:
-            lenses.append(
-                types.CodeLens(
-                    range=where,
-                    command=types.Command(
-                        title="spec inferred · Add spec", command=ADD_SPEC_COMMAND, arguments=[uri, name]
-                    ),
-                )
-            )
-    return lenses
+    ]
+    if inferred:
+        spec = types.Command(title="spec inferred · Add spec", command=ADD_SPEC_COMMAND, arguments=arguments)
+        made.append(types.CodeLens(range=where, command=spec))
+    return made
 
 
 def _measured(result: OptimizeResult | None) -> str:
