@@ -85,10 +85,8 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 def apply_change(
     text: str, change: types.TextDocumentContentChangePartial | types.TextDocumentContentChangeWholeDocument
 ) -> str:
-    """`text` after one `didChange` content change. pygls's own copy of the document splits lines with
-    `str.splitlines`, which also breaks at form feeds (GNU sources have them), vertical tabs and U+2028:
-    an edit below one landed a line too high, and the server analysed (and rewrote) text the editor did
-    not hold. Here lines end where LSP says: at `\n`, `\r\n` or `\r`."""
+    """`text` after one `didChange` content change, its lines ending where LSP says: at `\n`, `\r\n` or
+    `\r` (not at form feeds or U+2028, as `str.splitlines` has it: see CudaAgentProtocol)."""
     if not isinstance(change, types.TextDocumentContentChangePartial):
         return change.text
     start, end = offset_at(text, change.range.start), offset_at(text, change.range.end)
