@@ -4,7 +4,14 @@ See README.md in this folder for the format.
 """
 
 from cuda_agent.agent.spec.dtypes import DTYPES, canonical_dtype, dtype_of_c_type
-from cuda_agent.agent.spec.expressions import Expression, ExpressionError, parse_expression, validate_oracle
+from cuda_agent.agent.spec.expressions import (
+    Expression,
+    ExpressionError,
+    parse_expression,
+    parse_real_expression,
+    referenced_names,
+    validate_oracle,
+)
 from cuda_agent.agent.spec.infer import infer_spec
 from cuda_agent.agent.spec.model import (
     ArgumentSpec,
@@ -36,7 +43,9 @@ __all__ = [
     "dtype_of_c_type",
     "infer_spec",
     "parse_expression",
+    "parse_real_expression",
     "parse_specs",
+    "referenced_names",
     "render_spec",
     "resolve",
     "validate_oracle",

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cuda_agent.agent.kernels import Kernel, Parameter
-from cuda_agent.agent.spec.checks import Checker, is_number
+from cuda_agent.agent.spec.checks import Checker, as_written
 from cuda_agent.agent.spec.dtypes import (
     DTYPE_ALIASES,
     DTYPES,
@@ -231,17 +231,21 @@ class ArgumentChecker(Checker):
             )
             return ()
         dims = [
-            self.integer((*path, "shape", i), dim, minimum=1, what=f"dim {i} of the shape of {path[-1]}")
+            self.integer(
+                (*path, "shape", i), dim, minimum=1, what="a buffer dimension", why="shapes are integers"
+            )
             for i, dim in enumerate(shape)
         ]
         return tuple(dim for dim in dims if dim is not None) if None not in dims else ()
 
     def scalar_value(self, value: Any, dtype: str | None, path: KeyPath) -> ValueExpr | None:
+        """An integer expression for an integer dtype (range-checked), a real one for a float dtype."""
         integer = dtype is not None and not is_float(dtype)
         if integer and isinstance(value, float):
             self.issue(path, f"{path[1]} is {dtype}: its value must be an integer, not {value}")
             return None
-        result = self.value_expression(path, value, integer_only=integer, what=f"the value of {path[1]}")
+        why = f"{path[1]} is {dtype}, an integer"
+        result = self.value_expression(path, value, integer_only=integer, why=why)
         if result is not None and dtype in INTEGER_RANGE:
             self.check_range(path, self.evaluate(result), dtype, what=f"the value of {path[1]}")
         return result
@@ -282,22 +286,27 @@ class ArgumentChecker(Checker):
                 owner = '"normal"' if key in ("mean", "std") else '"uniform" or "integers"'
                 self.issue((*path, key), f"{key} applies to dist = {owner}, not {dist}", key=True)
         default = InitSpec.default(dtype, dist)
-        numbers = {}
-        for key in ("mean", "std"):
-            number = table.get(key, getattr(default, key))
-            if not is_number(number):
-                self.issue((*path, key), f"{key} is a number, not {describe(number)}")
-            numbers[key] = float(number) if is_number(number) else 0.0
-        if dist == "normal" and numbers["std"] <= 0 and "std" in table:
-            self.issue((*path, "std"), "std must be > 0")
-        bounds: dict[str, ValueExpr] = {}
-        for key in ("low", "high"):
-            bound = table.get(key, getattr(default, key))
-            checked = self.value_expression((*path, key), bound, integer_only=dist == "integers", what=key)
-            bounds[key] = checked if checked is not None else getattr(default, key)
+        # mean and std are real expressions (normal draws floats); low and high too, except for integers.
+        integer_bounds = dist == "integers"
+        why = 'dist = "integers" draws integers: its bounds are integers'
+        values: dict[str, ValueExpr] = {}
+        for key in ("mean", "std", "low", "high"):
+            given = table.get(key, getattr(default, key))
+            checked = self.value_expression(
+                (*path, key), given, integer_only=integer_bounds and key in ("low", "high"), why=why
+            )
+            values[key] = checked if checked is not None else getattr(default, key)
+        std = self.evaluate(values["std"], real=True)
+        if dist == "normal" and "std" in table and std is not None and std <= 0:
+            shown = (
+                f"{as_written((*path, 'std'), values['std'])} is {std}: "
+                if isinstance(values["std"], str)
+                else ""
+            )
+            self.issue((*path, "std"), f"{shown}std must be > 0")
         if dist in ("uniform", "integers"):
-            self.check_bounds(path, bounds["low"], bounds["high"], dtype)
-        return InitSpec(dist, numbers["mean"], numbers["std"], bounds["low"], bounds["high"])  # type: ignore[arg-type]
+            self.check_bounds(path, values["low"], values["high"], dtype, real=not integer_bounds)
+        return InitSpec(dist, values["mean"], values["std"], values["low"], values["high"])  # type: ignore[arg-type]
 
     @staticmethod
     def default_dist(table: Mapping[str, Any], dtype: str) -> str:
@@ -306,8 +315,8 @@ class ArgumentChecker(Checker):
             return "integers"
         return "uniform" if "low" in table or "high" in table else "normal"
 
-    def check_bounds(self, path: KeyPath, low: ValueExpr, high: ValueExpr, dtype: str) -> None:
-        low_value, high_value = self.evaluate(low), self.evaluate(high)
+    def check_bounds(self, path: KeyPath, low: ValueExpr, high: ValueExpr, dtype: str, *, real: bool) -> None:
+        low_value, high_value = self.evaluate(low, real=real), self.evaluate(high, real=real)
         if low_value is not None and high_value is not None and low_value >= high_value:
             self.issue(
                 (*path, "high"), f"the range [low, high) is empty: low = {low_value}, high = {high_value}"

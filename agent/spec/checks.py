@@ -8,12 +8,19 @@ goes on after a problem so that one pass reports all of them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cuda_agent.agent.kernels import Kernel
-from cuda_agent.agent.spec.expressions import ExpressionError, describe, nearest, parse_expression
+from cuda_agent.agent.spec.expressions import (
+    ExpressionError,
+    describe,
+    nearest,
+    parse_expression,
+    parse_real_expression,
+)
 from cuda_agent.agent.spec.model import (
     KeyPath,
     ValueExpr,
@@ -105,19 +112,21 @@ class Checker:
         minimum: int | None,
         allow_block: bool = False,
         block: tuple[int, ...] = (),
-        what: str = "",
+        what: str = "it",
+        why: str | None = None,
     ) -> str | None:
         """Validate an integer expression and, when it can be, evaluate it at the benchmark sizes.
-        Returns its text, or None after reporting."""
+        `what` names it in "{what} must be ≥ {minimum}"; `why` says why it is an integer (for a float or
+        a `/` in it). Returns its text, or None after reporting."""
         try:
-            expression = parse_expression(value, self.size_names, allow_block=allow_block)
+            expression = parse_expression(value, self.size_names, allow_block=allow_block, why=why)
         except ExpressionError as error:
             if isinstance(value, str):
-                self.expression_issue(path, error)
+                self.written_issue(path, value, error)
             else:
                 self.issue(
                     path,
-                    f"{what or 'this'} must be an integer or an expression string, not {describe(value)}",
+                    f"{value_label(path)} must be an integer or an expression string, not {describe(value)}",
                 )
             return None
         values: dict[str, int] = dict(self.sizes)
@@ -126,33 +135,96 @@ class Checker:
             try:
                 result = expression.evaluate(values)
             except ExpressionError as error:
-                self.expression_issue(path, error, value)
+                self.written_issue(path, value, error)
                 return None
             if result < minimum:
-                self.issue(
-                    path,
-                    f"{what or expression.text} is {result} at the benchmark sizes; it must be ≥ {minimum}",
-                )
+                self.issue(path, below_minimum(path, value, result, expression.names, values, what, minimum))
         return expression.text
 
     def value_expression(
-        self, path: KeyPath, value: Any, *, integer_only: bool, what: str
+        self, path: KeyPath, value: Any, *, integer_only: bool, why: str | None = None
     ) -> ValueExpr | None:
-        """A number as written, or an integer expression string (validated)."""
+        """A number as written, or an expression string (validated): an integer expression when
+        `integer_only`, else a real one (float literals, `/`, sqrt, ...). Returns it as written."""
         if isinstance(value, float) and not integer_only:
+            if not math.isfinite(value):
+                self.issue(path, f"{value_label(path)} is {value}: it must be a finite number")
+                return None
             return value
-        if isinstance(value, str) or is_int(value):
-            text = self.integer(path, value, minimum=None, what=what)
+        if integer_only and (isinstance(value, str) or is_int(value)):
+            text = self.integer(path, value, minimum=None, why=why)
             return None if text is None else value
+        if not integer_only and (isinstance(value, str) or is_int(value)):
+            return value if self.real(path, value) else None
         kind = "an integer or an expression of the sizes" if integer_only else "a number or an expression"
-        self.issue(path, f"{what} must be {kind}, not {describe(value)}")
+        self.issue(path, f"{value_label(path)} must be {kind}, not {describe(value)}")
         return None
 
-    def evaluate(self, value: ValueExpr) -> float | int | None:
+    def real(self, path: KeyPath, value: str | int) -> bool:
+        """Validate a real expression and evaluate it at the benchmark sizes; False after reporting."""
+        try:
+            expression = parse_real_expression(value, self.size_names)
+            if expression.names <= self.sizes.keys():
+                expression.evaluate_real(self.sizes)
+        except ExpressionError as error:
+            self.written_issue(path, value, error)
+            return False
+        return True
+
+    def written_issue(self, path: KeyPath, value: object, error: ExpressionError) -> None:
+        """An error in the expression `value`, shown with it ('rows = "n / 2": ...'); inside a string it
+        points at the token, else at the value."""
+        self.expression_issue(
+            path,
+            ExpressionError(f"{as_written(path, value)}: {error.message}", error.start, error.end),
+            value,
+        )
+
+    def evaluate(self, value: ValueExpr, *, real: bool = False) -> float | int | None:
         """The value at the benchmark sizes, or None when it cannot be known (an invalid size)."""
         if not isinstance(value, str):
             return value
         try:
+            if real:
+                return parse_real_expression(value, self.sizes).evaluate_real(self.sizes)
             return parse_expression(value, self.sizes).evaluate(self.sizes)
         except ExpressionError:
             return None
+
+
+def value_label(path: KeyPath) -> str:
+    """How a value is named in messages: `rows` (a size), `scale` (a scalar's value), `x.shape[1]`,
+    `x.init.high`, `launch.grid[0]`."""
+    if len(path) == 2 and path[0] == "sizes":
+        return str(path[1])
+    if len(path) == 3 and path[0] == "args" and path[2] == "value":
+        return str(path[1])
+    parts = path[1:] if path[:1] == ("args",) else path
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts).lstrip(".")
+
+
+def as_written(path: KeyPath, value: object) -> str:
+    """A value as the spec writes it, with its name: 'rows = "n / 2"', 'x.shape[0] = 0'."""
+    text = str(value)
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    return f'{value_label(path)} = "{shown}"' if isinstance(value, str) else f"{value_label(path)} = {shown}"
+
+
+def below_minimum(
+    path: KeyPath,
+    value: object,
+    result: int,
+    names: Iterable[str],
+    values: Mapping[str, int],
+    what: str,
+    minimum: int,
+) -> str:
+    """'x.shape[1] = "cols - 2 * pad" is 0 with cols = 2, pad = 1: a buffer dimension must be ≥ 1'."""
+    used = [name for name in values if name in set(names)]  # in declaration order, then block.x/y/z
+    sizes = f" with {', '.join(f'{name} = {values[name]}' for name in used)}" if used else ""
+    shown = (
+        as_written(path, value)
+        if isinstance(value, str) and str(result) != value.strip()
+        else value_label(path)
+    )
+    return f"{shown} is {result}{sizes}: {what} must be ≥ {minimum}"

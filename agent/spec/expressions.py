@@ -1,20 +1,31 @@
-"""Safe integer expressions for sizes, shapes and launch shapes, and a checker for PyTorch oracle expressions.
+"""Safe expressions for sizes, shapes, launch shapes and scalar values, and a checker for PyTorch oracles.
 
 Spec expressions come from files anyone can open, so nothing here evaluates code: the text is parsed with
 `ast.parse(mode="eval")` (parsing only) and the tree is walked by hand over a short list of node kinds.
-Positions in errors are UTF-8 byte offsets into the expression text, so the caller can add the offset of
-the string in the file and point at the exact token.
+Two kinds of expression share the walker: integer ones (sizes, shapes, the launch, integer scalars: `//`,
+no floats) and real ones (float scalars and float init parameters: float literals, `/` as true division,
+sqrt, exp, log, pi). Positions in errors are UTF-8 byte offsets into the expression text, so the caller can
+add the offset of the string in the file and point at the exact token.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import io
+import keyword
 import math
+import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import cast
+
+from cuda_agent.sandbox.oracle_names import (
+    FUNCTIONAL_NAMES,
+    ORACLE_BUILTINS,
+    ORACLE_MODULES,
+    oracle_spelling,
+)
 
 BLOCK_NAMES = ("block.x", "block.y", "block.z")
 # Results beyond int64 are never a real size; bounding them also keeps `2 ** 10 ** 9` from eating the CPU.
@@ -22,6 +33,9 @@ MAX_MAGNITUDE = 1 << 63
 # Long enough for any real launch shape; short enough that the tree walks stay far from the recursion limit.
 MAX_EXPRESSION_LENGTH = 400
 _FUNCTIONS = ("ceil_div", "cdiv", "min", "max")
+# Real expressions add these (one argument each) and the constant pi; a size of the same name hides pi.
+REAL_FUNCTIONS = ("sqrt", "exp", "log", "log2", "abs")
+REAL_CONSTANTS = {"pi": math.pi}
 _BINARY_OPERATORS: dict[type[ast.operator], str] = {
     ast.Add: "+",
     ast.Sub: "-",
@@ -53,48 +67,83 @@ class ExpressionError(Exception):
 
 @dataclass(frozen=True)
 class Expression:
-    """A validated integer expression. `names` are the sizes it uses; the block appears as "block.x"."""
+    """A validated expression. `names` are the sizes it uses; the block appears as "block.x".
+    `real`: a real expression (float scalars), else an integer one."""
 
     text: str
     names: frozenset[str]
     tree: ast.expr = field(compare=False, repr=False)
     offset: int = field(default=0, compare=False, repr=False)  # bytes of leading whitespace stripped
+    real: bool = False
 
     def evaluate(self, values: Mapping[str, int]) -> int:
-        """The value with `values` for the names; ExpressionError for division by zero or huge results."""
-        return _Evaluator(self.text, values, self.offset).visit(self.tree)
+        """The value of an integer expression with `values` for the names; ExpressionError for division by
+        zero or huge results."""
+        assert not self.real, "a real expression: use evaluate_real"
+        result = _Evaluator(self.text, values, self.offset, self.tree, real=False).visit(self.tree)
+        assert isinstance(result, int)
+        return result
+
+    def evaluate_real(self, values: Mapping[str, int]) -> float:
+        """The value as a float (of either kind); ExpressionError for division by zero, a result that is
+        not a finite real number (log(0), sqrt(-1), overflow) or huge integers on the way."""
+        return float(_Evaluator(self.text, values, self.offset, self.tree, self.real).visit(self.tree))
 
 
 def parse_expression(
-    text: str | int, names: Iterable[str], *, allow_block: bool = False, what: str = "size"
+    text: str | int,
+    names: Iterable[str],
+    *,
+    allow_block: bool = False,
+    what: str = "size",
+    why: str | None = None,
 ) -> Expression:
-    """Parse and validate `text`; `names` are the sizes it may use, `allow_block` admits block.x/y/z.
+    """Parse and validate the integer expression `text`; `names` are the sizes it may use, `allow_block`
+    admits block.x/y/z.
 
-    `what` names the things in `names` in messages ("unknown size 'colz'").
+    `what` names the things in `names` in messages ("unknown size 'colz'"); `why` says why the value is
+    an integer ("sizes are integers"), for the messages that refuse a float or a `/`.
     Raises ExpressionError at the offending token.
     """
     if isinstance(text, bool) or not isinstance(text, (int, str)):
         raise ExpressionError(f"expected an integer or an expression string, not {describe(text)}")
     # Specs are re-read on every edit and the same expressions come back: parse each text once.
-    return _parse_cached(str(text), tuple(dict.fromkeys(names)), allow_block, what)
+    return _parse_cached(str(text), tuple(dict.fromkeys(names)), allow_block, what, why, False)
+
+
+def parse_real_expression(text: str | int | float, names: Iterable[str]) -> Expression:
+    """Parse and validate a real expression (a float scalar's value, a float init's mean/std/low/high):
+    numbers, sizes, + - * / // % ** << >>, ceil_div, cdiv, min, max, sqrt, exp, log, log2, abs, pi.
+    Raises ExpressionError at the offending token."""
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise ExpressionError(f"expected a number or an expression string, not {describe(text)}")
+    return _parse_cached(str(text), tuple(dict.fromkeys(names)), False, "size", None, True)
+
+
+def referenced_names(text: str | int, names: Iterable[str]) -> frozenset[str]:
+    """The sizes among `names` that the integer expression `text` uses ("n" for "ceil_div(n, 4)")."""
+    return parse_expression(text, names).names
 
 
 @lru_cache(maxsize=4096)
-def _parse_cached(text: str, names: tuple[str, ...], allow_block: bool, what: str) -> Expression:
+def _parse_cached(
+    text: str, names: tuple[str, ...], allow_block: bool, what: str, why: str | None, real: bool
+) -> Expression:
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise ExpressionError(f"expression longer than {MAX_EXPRESSION_LENGTH} characters")
     stripped = text.lstrip()
     offset = len(text[: len(text) - len(stripped)].encode())
     if not stripped.strip():
-        raise ExpressionError('empty expression: write an integer or an expression such as "rows * cols"')
+        example = '"1 / sqrt(cols)"' if real else '"rows * cols"'
+        raise ExpressionError(f"empty expression: write a number or an expression such as {example}")
     try:
         tree = ast.parse(stripped, mode="eval").body
     except SyntaxError as error:
         start = offset + _byte_offset(stripped, error.lineno or 1, (error.offset or 1) - 1)
         raise ExpressionError(f"not a valid expression: {error.msg}", start) from None
-    checker = _IntegerChecker(stripped, offset, list(names), allow_block, what)
+    checker = _Checker(stripped, offset, list(names), allow_block, what, why, real)
     checker.visit(tree)
-    return Expression(text, frozenset(checker.used), tree, offset)
+    return Expression(text, frozenset(checker.used), tree, offset, real)
 
 
 def evaluate(text: str | int, values: Mapping[str, int], *, allow_block: bool = False) -> int:
@@ -148,17 +197,23 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     return f"; did you mean '{match}'?" if match else ""
 
 
-class _IntegerChecker(ast.NodeVisitor):
-    """Rejects every node that is not integer arithmetic over known names; records the names used."""
+class _Checker(ast.NodeVisitor):
+    """Rejects every node that is not arithmetic over known names (integer arithmetic unless `real`);
+    records the names used."""
 
-    def __init__(self, text: str, offset: int, names: list[str], allow_block: bool, what: str) -> None:
-        self.text, self.offset, self.names, self.allow_block, self.what = (
-            text,
-            offset,
-            names,
-            allow_block,
-            what,
-        )
+    def __init__(
+        self,
+        text: str,
+        offset: int,
+        names: list[str],
+        allow_block: bool,
+        what: str,
+        why: str | None,
+        real: bool,
+    ) -> None:
+        self.text, self.offset, self.names, self.allow_block = text, offset, names, allow_block
+        self.what, self.why, self.real = what, why, real
+        self.functions = (*_FUNCTIONS, *REAL_FUNCTIONS) if real else _FUNCTIONS
         self.used: set[str] = set()
 
     def fail(self, node: ast.AST, message: str) -> ExpressionError:
@@ -174,19 +229,28 @@ class _IntegerChecker(ast.NodeVisitor):
             ast.Tuple: "tuples",
             ast.Lambda: "lambdas",
         }.get(type(node), f"'{type(node).__name__}'")
-        raise self.fail(
-            node,
-            f"{kind} are not allowed here: use integers, sizes, + - * // % ** << >>, "
-            "ceil_div(a, b), min(...), max(...)",
+        allowed = (
+            "numbers, sizes, + - * / // % **, sqrt, exp, log, log2, abs, min, max, pi"
+            if self.real
+            else "integers, sizes, + - * // % ** << >>, ceil_div(a, b), min(...), max(...)"
         )
+        raise self.fail(node, f"{kind} are not allowed here: use {allowed}")
 
     def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, bool) or not isinstance(node.value, int):
-            raise self.fail(node, f"{node.value!r} is not an integer: sizes and launch shapes are integers")
+        value = node.value
+        if self.real and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            if self.real:
+                raise self.fail(node, f"{value!r} is not a number")
+            reason = self.why or "sizes and launch shapes are integers"
+            raise self.fail(node, f"{value!r} is not an integer: {reason}")
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in self.names:
             self.used.add(node.id)
+            return
+        if self.real and node.id in REAL_CONSTANTS:
             return
         if node.id == "block":
             raise self.fail(
@@ -194,8 +258,9 @@ class _IntegerChecker(ast.NodeVisitor):
             )
         if node.id in _CUDA_HINTS:
             raise self.fail(node, f"'{node.id}' is not known here: {_CUDA_HINTS[node.id]}")
-        if node.id in _FUNCTIONS:
-            raise self.fail(node, f"{node.id} is a function: call it, e.g. {node.id}(a, b)")
+        if node.id in self.functions:
+            example = f"{node.id}(a, b)" if node.id in _FUNCTIONS else f"{node.id}(x)"
+            raise self.fail(node, f"{node.id} is a function: call it, e.g. {example}")
         known = ", ".join(self.names) if self.names else f"none are defined; add them under [{self.what}s]"
         hint = suggest(node.id, [*self.names, *(BLOCK_NAMES if self.allow_block else ())])
         raise self.fail(node, f"unknown {self.what} '{node.id}' ({self.what}s are: {known}){hint}")
@@ -213,13 +278,18 @@ class _IntegerChecker(ast.NodeVisitor):
             return
         if isinstance(node.value, ast.Name) and node.value.id in _CUDA_HINTS:
             raise self.fail(node, f"'{node.value.id}' is not known here: {_CUDA_HINTS[node.value.id]}")
+        if isinstance(node.value, ast.Name) and node.value.id == "math" and self.real:
+            raise self.fail(node, f"write {node.attr} without 'math.'")
         raise self.fail(node, "attribute access is not allowed here; only block.x, block.y and block.z")
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        if isinstance(node.op, ast.Div):
-            raise self.fail(node, "'/' is not allowed: use // for integer division or ceil_div(a, b)")
-        if type(node.op) not in _BINARY_OPERATORS:
-            raise self.fail(node, "only + - * // % ** << >> are allowed")
+        if isinstance(node.op, ast.Div) and not self.real:
+            if self.why is None:
+                raise self.fail(node, "'/' is not allowed: use // for integer division or ceil_div(a, b)")
+            raise self.fail(node, f"{self.why}: use // for integer division or ceil_div(a, b), not /")
+        if type(node.op) not in _BINARY_OPERATORS and not isinstance(node.op, ast.Div):
+            operators = "+ - * / // % ** << >>" if self.real else "+ - * // % ** << >>"
+            raise self.fail(node, f"only {operators} are allowed")
         self.visit(node.left)
         self.visit(node.right)
 
@@ -230,11 +300,20 @@ class _IntegerChecker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         name = node.func.id if isinstance(node.func, ast.Name) else None
-        if name not in _FUNCTIONS:
+        function = node.func
+        if (
+            self.real
+            and isinstance(function, ast.Attribute)
+            and isinstance(function.value, ast.Name)
+            and function.value.id == "math"
+            and function.attr in self.functions
+        ):
+            raise self.fail(function, f"write {function.attr}(...) without 'math.'")
+        if name not in self.functions:
             raise self.fail(
                 node.func,
-                f"unknown function: use one of {', '.join(_FUNCTIONS)}"
-                + (suggest(name, _FUNCTIONS) if name else ""),
+                f"unknown function: use one of {', '.join(self.functions)}"
+                + (suggest(name, self.functions) if name else ""),
             )
         if node.keywords or any(isinstance(argument, ast.Starred) for argument in node.args):
             raise self.fail(node, f"{name}() takes plain positional arguments")
@@ -242,6 +321,8 @@ class _IntegerChecker(ast.NodeVisitor):
             raise self.fail(node, f"{name}(a, b) takes two arguments: the value and the divisor")
         if name in ("min", "max") and len(node.args) < 2:
             raise self.fail(node, f"{name}() takes at least two arguments")
+        if name in REAL_FUNCTIONS and len(node.args) != 1:
+            raise self.fail(node, f"{name}(x) takes one argument")
         for argument in node.args:
             self.visit(argument)
 
@@ -252,28 +333,50 @@ def _shown(node: ast.AST) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _Evaluator:
-    """Evaluates a tree that _IntegerChecker accepted, with Python's integer semantics and bounded results."""
+Number = int | float
 
-    def __init__(self, text: str, values: Mapping[str, int], offset: int) -> None:
-        self.text, self.values, self.offset = text.lstrip(), values, offset
+
+class _Evaluator:
+    """Evaluates a tree that _Checker accepted: integer expressions with Python's integer semantics and
+    bounded results; real ones with Python's int/float arithmetic, every step finite."""
+
+    def __init__(self, text: str, values: Mapping[str, int], offset: int, tree: ast.expr, real: bool) -> None:
+        self.text, self.values, self.offset, self.tree, self.real = text.lstrip(), values, offset, tree, real
 
     def fail(self, node: ast.AST, message: str) -> ExpressionError:
         return ExpressionError(message, *_node_span(self.text, self.offset, node))
 
-    def bounded(self, node: ast.AST, value: int) -> int:
-        if abs(value) >= MAX_MAGNITUDE:
-            raise self.fail(node, f"'{_shown(node)}' is too large (beyond 2**63)")
+    def within(self, node: ast.AST) -> str:
+        """ " in '(n - 7)'" for a part of the expression; nothing for the whole of it."""
+        return "" if node is self.tree else f" in '{_shown(node)}'"
+
+    def too_large(self, node: ast.AST, limit: str = " (beyond 2**63)") -> ExpressionError:
+        if node is self.tree:
+            return self.fail(node, f"too large{limit}")
+        return self.fail(node, f"'{_shown(node)}' is too large{limit}")
+
+    def bounded(self, node: ast.AST, value: Number) -> Number:
+        if isinstance(value, int) and abs(value) >= MAX_MAGNITUDE:
+            if not self.real:
+                raise self.too_large(node)
+            try:
+                value = float(value)  # a real expression goes on in floating point
+            except OverflowError:
+                raise self.too_large(node, "") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(node, f"not a finite number{self.within(node)}")
         return value
 
-    def visit(self, node: ast.expr) -> int:
+    def visit(self, node: ast.expr) -> Number:
         if isinstance(node, ast.Constant):
-            return self.bounded(node, cast(int, node.value))  # the checker admitted only ints
+            return self.bounded(node, node.value)  # the checker admitted only numbers
         if isinstance(node, (ast.Name, ast.Attribute)):
             name = node.id if isinstance(node, ast.Name) else f"block.{node.attr}"
-            if name not in self.values:
-                raise self.fail(node, f"no value for '{name}'")
-            return self.values[name]
+            if name in self.values:
+                return self.values[name]
+            if self.real and name in REAL_CONSTANTS:
+                return REAL_CONSTANTS[name]
+            raise self.fail(node, f"no value for '{name}'")
         if isinstance(node, ast.UnaryOp):
             operand = self.visit(node.operand)
             return -operand if isinstance(node.op, ast.USub) else operand
@@ -281,46 +384,81 @@ class _Evaluator:
             return self.bounded(node, self.binary(node, self.visit(node.left), self.visit(node.right)))
         if isinstance(node, ast.Call):
             assert isinstance(node.func, ast.Name)
-            arguments = [self.visit(argument) for argument in node.args]
-            if node.func.id in ("min", "max"):
-                return min(arguments) if node.func.id == "min" else max(arguments)
-            if arguments[1] == 0:
-                raise self.fail(node, f"division by zero in '{_shown(node)}'")
-            return -(-arguments[0] // arguments[1])
+            return self.bounded(node, self.call(node, node.func.id, [self.visit(a) for a in node.args]))
         raise self.fail(node, "unexpected expression")  # the checker admits nothing else
 
-    def binary(self, node: ast.BinOp, left: int, right: int) -> int:
-        operations: dict[type[ast.operator], Callable[[int, int], int]] = {
-            ast.Add: int.__add__,
-            ast.Sub: int.__sub__,
-            ast.Mult: int.__mul__,
+    def call(self, node: ast.Call, name: str, arguments: list[Number]) -> Number:
+        if name in ("min", "max"):
+            return min(arguments) if name == "min" else max(arguments)
+        if name == "abs":
+            return abs(arguments[0])
+        if name in ("ceil_div", "cdiv"):
+            value, divisor = arguments
+            if not isinstance(value, int) or not isinstance(divisor, int):
+                raise self.fail(node, f"{name}(a, b) takes integers")
+            if divisor == 0:
+                raise self.fail(node, f"division by zero{self.within(node)}")
+            return -(-value // divisor)
+        (argument,) = arguments
+        if name == "sqrt" and argument < 0:
+            raise self.fail(node, f"square root of a negative number ({argument}){self.within(node)}")
+        if name in ("log", "log2") and argument <= 0:
+            raise self.fail(node, f"logarithm of {argument}, not a positive number{self.within(node)}")
+        try:
+            return {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "log2": math.log2}[name](argument)
+        except OverflowError:
+            raise self.too_large(node, "") from None
+
+    def binary(self, node: ast.BinOp, left: Number, right: Number) -> Number:
+        integers = isinstance(left, int) and isinstance(right, int)
+        operations: dict[type[ast.operator], Callable[[Number, Number], Number]] = {
+            ast.Add: lambda a, b: a + b,
+            ast.Sub: lambda a, b: a - b,
+            ast.Mult: lambda a, b: a * b,
         }
         if type(node.op) in operations:
             return operations[type(node.op)](left, right)
-        if isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod, ast.Div)):
             if right == 0:
-                raise self.fail(node, f"division by zero in '{_shown(node)}'")
+                raise self.fail(node, f"division by zero{self.within(node)}")
+            if isinstance(node.op, ast.Div):
+                return left / right
             return left // right if isinstance(node.op, ast.FloorDiv) else left % right
         if isinstance(node.op, ast.Pow):
-            if right < 0:
-                raise self.fail(node, f"negative exponent in '{_shown(node)}': the result is not an integer")
-            # Decide before computing: a huge power would take seconds and gigabytes.
-            if abs(left) > 1 and right * math.log2(abs(left)) >= 64:
-                raise self.fail(node, f"'{_shown(node)}' is too large (beyond 2**63)")
-            return int(left**right)  # a non-negative exponent: an int
+            return self.power(node, left, right, integers)
         # Shifts.
+        if not integers:
+            raise self.fail(node, f"shifts take integers{self.within(node)}")
+        assert isinstance(left, int) and isinstance(right, int)
         if right < 0:
-            raise self.fail(node, f"negative shift count in '{_shown(node)}'")
+            raise self.fail(node, f"negative shift count{self.within(node)}")
         if isinstance(node.op, ast.RShift):
             return left >> min(right, 64)
         if left != 0 and right >= 64:
-            raise self.fail(node, f"'{_shown(node)}' is too large (beyond 2**63)")
+            raise self.too_large(node)
         return left << right
+
+    def power(self, node: ast.BinOp, left: Number, right: Number, integers: bool) -> Number:
+        huge = abs(left) > 1 and right > 0 and right * math.log2(abs(left)) >= 64
+        if integers and right >= 0 and not (huge and self.real):
+            # Decide before computing: a huge power would take seconds and gigabytes.
+            if huge:
+                raise self.too_large(node)
+            return int(left**right)  # a non-negative exponent: an int
+        if not self.real:
+            raise self.fail(node, f"negative exponent{self.within(node)}: the result is not an integer")
+        if left == 0 and right < 0:
+            raise self.fail(node, f"division by zero{self.within(node)} (0 to a negative power)")
+        if left < 0 and not float(right).is_integer():
+            raise self.fail(node, f"a negative number to a fractional power{self.within(node)}")
+        try:
+            return float(left) ** float(right)
+        except OverflowError:
+            raise self.too_large(node, "") from None
 
 
 # --- PyTorch oracle expressions -------------------------------------------------------------------------
 
-ORACLE_MODULES = ("torch", "math", "F")  # F is torch.nn.functional
 # Attributes that read or write files, run code, download or change global state: an oracle computes
 # a tensor and nothing else. Specs come from files anyone can open, so this is a deny list on top of
 # the allow list of root names; the worker must still evaluate oracles with no builtins and under limits.
@@ -388,13 +526,19 @@ _FORBIDDEN_NODES: dict[type[ast.AST], str] = {
     ast.Starred: "* unpacking",
 }
 MAX_ORACLE_LENGTH = 2000
+MODULE_MEANING = {"torch": "the torch module", "math": "the math module", "F": "torch.nn.functional"}
 
 
-def validate_oracle(text: object, names: Iterable[str]) -> ExpressionError | None:
-    """None when `text` is an acceptable PyTorch oracle over `names` (arguments and sizes), else the error.
+def validate_oracle(
+    text: object, names: Iterable[str], *, later: Iterable[str] = ()
+) -> ExpressionError | None:
+    """None when `text` is an acceptable PyTorch oracle over `names`, else the error.
 
-    Allowed: the names, torch, math and F (torch.nn.functional); calls, indexing, arithmetic, constants;
-    attribute access whose name does not start with "_" and is not on the deny list (files, code, state).
+    `names` are the arguments, sizes and intermediates as declared; the oracle writes each as
+    `oracle_spelling` says (an argument `F` is `F_`, an argument `in` is `in_`), and torch, math and F
+    (torch.nn.functional) are always the modules. `later`: intermediates defined after this expression,
+    named in the message when it uses one. Allowed: calls, indexing, arithmetic, constants; attribute
+    access whose name does not start with "_" and is not on the deny list (files, code, state).
     """
     if not isinstance(text, str):
         return ExpressionError(f"an oracle is a string holding a PyTorch expression, not {describe(text)}")
@@ -404,33 +548,89 @@ def validate_oracle(text: object, names: Iterable[str]) -> ExpressionError | Non
     offset = len(text[: len(text) - len(stripped)].encode())
     if not stripped.strip():
         return ExpressionError('empty oracle: write a PyTorch expression such as "torch.softmax(x, dim=-1)"')
+    declared = list(dict.fromkeys(names))
     try:
         tree = ast.parse(stripped, mode="eval").body
     except SyntaxError as error:
         start = offset + _byte_offset(stripped, error.lineno or 1, (error.offset or 1) - 1)
-        return ExpressionError(f"not a valid Python expression: {error.msg}", start)
-    allowed = list(dict.fromkeys(names))
+        written = _name_tokens(stripped)
+        hints = [
+            f"the argument `{name}` is written `{oracle_spelling(name)}` in an oracle"
+            for name in declared
+            if keyword.iskeyword(name) and (written is None or name in written)
+        ]
+        return ExpressionError(
+            f"not a valid Python expression: {error.msg}{''.join('; ' + h for h in hints)}", start
+        )
+    spelled = {oracle_spelling(name): name for name in declared}
+    attribute_bases = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    context = _OracleNames(spelled, attribute_bases, frozenset(later))
     for node in ast.walk(tree):
-        problem = _oracle_problem(node, allowed)
+        problem = _oracle_problem(node, context)
         if problem:
             return ExpressionError(problem, *_node_span(stripped, offset, node))
     return None
 
 
-def _oracle_problem(node: ast.AST, names: list[str]) -> str | None:
+def _name_tokens(text: str) -> set[str] | None:
+    """The names and keywords written in `text` (which may not parse), or None when it cannot be split
+    into tokens (an unclosed bracket or string)."""
+    try:
+        return {
+            token.string
+            for token in tokenize.generate_tokens(io.StringIO(text).readline)
+            if token.type == tokenize.NAME
+        }
+    except (tokenize.TokenError, SyntaxError):
+        return None
+
+
+@dataclass(frozen=True)
+class _OracleNames:
+    spelled: dict[str, str]  # as the oracle writes it -> as declared
+    attribute_bases: set[int]  # ids of the nodes that are `x` in some `x.attr`
+    later: frozenset[str]
+
+
+def _oracle_problem(node: ast.AST, names: _OracleNames) -> str | None:
     if type(node) in _FORBIDDEN_NODES:
         return f"{_FORBIDDEN_NODES[type(node)]} are not allowed in an oracle"
     if isinstance(node, ast.Name):
         if node.id.startswith("_"):
             return f"names starting with '_' are not allowed: '{node.id}'"
-        if node.id not in names and node.id not in ORACLE_MODULES:
-            known = [*names, *ORACLE_MODULES]
+        if node.id in ORACLE_MODULES:
+            # `F.conv2d(x, F_)` is the module; a bare `F` where an argument F exists meant the argument.
+            if node.id in names.spelled.values() and id(node) not in names.attribute_bases:
+                return (
+                    f"'{node.id}' in an oracle is {MODULE_MEANING[node.id]}: "
+                    f"write {oracle_spelling(node.id)} for the argument {node.id}"
+                )
+            return None
+        if node.id in names.spelled or node.id in ORACLE_BUILTINS:
+            return None
+        if node.id in names.later:
             return (
-                f"unknown name '{node.id}' (an oracle may use: {', '.join(known)}){suggest(node.id, known)}"
+                f"'{node.id}' is defined below this intermediate: an intermediate may use only those above it"
+            )
+        if node.id not in names.spelled:
+            known = [*names.spelled, *ORACLE_MODULES]
+            return (
+                f"unknown name '{node.id}' (an oracle may use: {', '.join(known)}, and Python's "
+                f"{', '.join(ORACLE_BUILTINS)}){suggest(node.id, [*known, *ORACLE_BUILTINS])}"
             )
     if isinstance(node, ast.Attribute):
         if node.attr.startswith("_"):
             return f"attributes starting with '_' are not allowed: '.{node.attr}'"
+        if (
+            isinstance(node.value, ast.Name)
+            and node.value.id == "F"
+            and "F" in names.spelled.values()
+            and node.attr not in FUNCTIONAL_NAMES
+        ):  # `F.view(1, 1, -1)` beside an argument F meant the argument
+            return (
+                f"F in an oracle is torch.nn.functional, which has no '{node.attr}': "
+                f"write F_.{node.attr} for the argument F"
+            )
         if node.attr in _FORBIDDEN_ATTRIBUTES or node.attr.startswith("set_"):
             return f"'.{node.attr}' is not allowed in an oracle (it reaches outside computing a tensor)"
     if isinstance(node, ast.Constant):

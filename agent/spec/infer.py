@@ -21,6 +21,7 @@ from cuda_agent.agent.kernels import Kernel, Parameter
 from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.spec.dtypes import dtype_of_c_type, is_float
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
+from cuda_agent.agent.spec.validate import is_size_name
 from tree_sitter import Node, Tree
 
 ELEMENTS_1D, VERIFY_1D = 16_777_216, 1_000_003
@@ -74,8 +75,10 @@ def infer_spec(kernel: Kernel, source: str, tree: Tree | None = None) -> tuple[K
     pointers, int_scalars, float_scalars = classified
 
     analysis = _BodyAnalysis(body, {parameter.name for parameter, _ in pointers})
+    taken = {parameter.name for parameter in kernel.parameters}
+    size_of = {parameter.name: _size_name(parameter.name, taken) for parameter, _ in int_scalars}
     if len(int_scalars) == 1:
-        layout = _layout_1d(int_scalars[0][0].name, analysis)
+        layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
         layout = _layout_2d([parameter.name for parameter, _ in int_scalars], analysis)
     else:
@@ -85,7 +88,7 @@ def infer_spec(kernel: Kernel, source: str, tree: Tree | None = None) -> tuple[K
         return None, layout
 
     dtypes = {parameter.name: dtype for parameter, dtype in pointers + int_scalars + float_scalars}
-    arguments = [_argument(p, dtypes[p.name], analysis, layout) for p in kernel.parameters]
+    arguments = [_argument(p, dtypes[p.name], analysis, layout, size_of) for p in kernel.parameters]
     if not any(argument.role in ("output", "inout") for argument in arguments):
         return None, "no pointer is written by the body, so there is no output to check"
     accumulators = [a for a in arguments if a.role == "inout" and a.shape == ("1",)]
@@ -200,12 +203,25 @@ def _layout_2d(names: list[str], analysis: _BodyAnalysis) -> _Layout | str:
     return f"could not tell how threads map to {rows} and {cols} (no index compared with either)"
 
 
-def _argument(parameter: Parameter, dtype: str, analysis: _BodyAnalysis, layout: _Layout) -> ArgumentSpec:
+def _size_name(parameter: str, taken: set[str]) -> str:
+    """The size an integer parameter stands for: its own name, unless a size cannot be called that (a
+    Python keyword such as `in`, or a name expressions reserve such as `F` or `max`): then `in_size`."""
+    if is_size_name(parameter):
+        return parameter
+    name = f"{parameter}_size"
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _argument(
+    parameter: Parameter, dtype: str, analysis: _BodyAnalysis, layout: _Layout, size_of: Mapping[str, str]
+) -> ArgumentSpec:
     name = parameter.name
     if not parameter.is_pointer:
         if is_float(dtype):
             return ArgumentSpec(name, "scalar", dtype, init=FLOAT_SCALAR_INIT)
-        return ArgumentSpec(name, "scalar", dtype, value=name)
+        return ArgumentSpec(name, "scalar", dtype, value=size_of.get(name, name))
     use = analysis.uses[name]
     # Written and read is inout (y[i] += ...); written only, output; never written, input.
     role = "input" if parameter.is_const or not use.written else ("inout" if use.read else "output")

@@ -14,7 +14,8 @@ from cuda_agent.agent.spec.dtypes import is_float
 ROLES = ("input", "output", "inout", "scalar")
 DISTRIBUTIONS = ("normal", "uniform", "integers", "zeros", "ones")
 
-# A number as written, or an integer expression of the sizes ("cols", "rows * 2").
+# A number as written, or an expression of the sizes: integer ("cols", "rows * 2") where the value is an
+# integer, real ("1 / sqrt(cols)") for float scalars and float init parameters.
 ValueExpr = int | float | str
 # A key path into the spec's TOML: ("args", "x", "shape", 1).
 KeyPath = tuple[str | int, ...]
@@ -22,13 +23,14 @@ KeyPath = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class InitSpec:
-    """How an input is drawn. low/high may be expressions of the sizes (e.g. integers in [0, cols)).
+    """How an input is drawn. mean/std/low/high may be expressions of the sizes (e.g. integers in
+    [0, cols), std = "1 / sqrt(cols)").
 
     zeros/ones fill every element with 0/1 (an accumulator that the kernel adds into)."""
 
     dist: Literal["normal", "uniform", "integers", "zeros", "ones"] = "normal"
-    mean: float = 0.0
-    std: float = 1.0
+    mean: ValueExpr = 0.0
+    std: ValueExpr = 1.0
     low: ValueExpr = 0
     high: ValueExpr = 1
 
@@ -80,7 +82,12 @@ class KernelSpec:
     size_expressions: dict[str, str] = field(default_factory=dict)  # as written, to re-derive at other sizes
     instantiate: str | None = None  # "softmax<float, 256>" for templated kernels
     verify_sizes: tuple[dict[str, int], ...] = ()  # as written: only the sizes that differ from the benchmark
-    oracle: dict[str, str] | None = None  # output name -> PyTorch expression
+    oracle: dict[str, str] | None = (
+        None  # output name -> PyTorch expression; outputs left out: the original's
+    )
+    # [verify.intermediates]: (name, PyTorch expression) in order, each over the arguments, the sizes and
+    # the intermediates before it; the oracle expressions may use them all.
+    intermediates: tuple[tuple[str, str], ...] = ()
     tolerance: ToleranceSpec | None = None  # for every output
     output_tolerances: dict[str, ToleranceSpec] = field(default_factory=dict)  # overrides per output
     reduction: str | None = None  # length of the reductions behind each output element (scales tolerances)
@@ -118,7 +125,8 @@ class SpecError:
 
 
 class SpecResolveError(Exception):
-    """A spec that parsed but cannot be evaluated at some sizes (zero size, division by zero, overflow)."""
+    """A spec that parsed but cannot be evaluated at some sizes (a negative size, a buffer or grid dimension
+    of 0, division by zero, overflow)."""
 
     def __init__(self, error: SpecError) -> None:
         super().__init__(error.message)

@@ -63,7 +63,11 @@ def _verify(spec: KernelSpec) -> list[str]:
         lines.append(f"tolerance = {_inline(tolerance)}")
     if spec.reduction:
         lines.append(f"reduction = {_expression(spec.reduction)}")
-    return ["[verify]", *lines] if lines else []
+    verify = ["[verify]", *lines] if lines else []
+    if spec.intermediates:  # a table of its own: one per line, in the order they are evaluated
+        verify.append("[verify.intermediates]")
+        verify += [f"{_key(name)} = {_string(expression)}" for name, expression in spec.intermediates]
+    return verify
 
 
 def _argument(argument: ArgumentSpec) -> str:

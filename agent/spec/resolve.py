@@ -5,8 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from cuda_agent.agent.spec.checks import as_written, below_minimum, value_label
 from cuda_agent.agent.spec.dtypes import INTEGER_RANGE, is_float
-from cuda_agent.agent.spec.expressions import ExpressionError, evaluate, parse_expression
+from cuda_agent.agent.spec.expressions import (
+    ExpressionError,
+    evaluate,
+    parse_expression,
+    parse_real_expression,
+)
 from cuda_agent.agent.spec.model import (
     ArgumentSpec,
     KernelSpec,
@@ -39,22 +45,33 @@ def _fail(spec: KernelSpec, path: KeyPath, message: str) -> SpecResolveError:
     return SpecResolveError(error)
 
 
-def _key(path: KeyPath) -> str:
-    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
-
-
 def _evaluate(
-    spec: KernelSpec, path: KeyPath, value: ValueExpr, values: Mapping[str, int], minimum: int | None
+    spec: KernelSpec,
+    path: KeyPath,
+    value: ValueExpr,
+    values: Mapping[str, int],
+    minimum: int | None,
+    what: str = "it",
 ) -> int:
+    """An integer expression at `values`; `what` names it in "{what} must be ≥ {minimum}"."""
     if isinstance(value, float):
-        raise _fail(spec, path, f"{_key(path)} must be an integer, not {value}")
+        raise _fail(spec, path, f"{value_label(path)} must be an integer, not {value}")
     try:
-        result = parse_expression(value, values.keys(), allow_block=True).evaluate(values)
+        expression = parse_expression(value, values.keys(), allow_block=True)
+        result = expression.evaluate(values)
     except ExpressionError as error:
-        raise _fail(spec, path, f"{_key(path)} = {value!r}: {error.message}") from None
+        raise _fail(spec, path, f"{as_written(path, value)}: {error.message}") from None
     if minimum is not None and result < minimum:
-        raise _fail(spec, path, f"{_key(path)} = {value!r} is {result}; it must be ≥ {minimum}")
+        raise _fail(spec, path, below_minimum(path, value, result, expression.names, values, what, minimum))
     return result
+
+
+def _evaluate_real(spec: KernelSpec, path: KeyPath, value: ValueExpr, values: Mapping[str, int]) -> float:
+    """A real expression (a float scalar, a float init parameter) at `values`."""
+    try:
+        return parse_real_expression(value, values.keys()).evaluate_real(values)
+    except ExpressionError as error:
+        raise _fail(spec, path, f"{as_written(path, value)}: {error.message}") from None
 
 
 def complete_sizes(spec: KernelSpec, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -75,10 +92,10 @@ def complete_sizes(spec: KernelSpec, overrides: Mapping[str, int] | None = None)
             sizes[name] = overrides[name]
         else:
             sizes[name] = _evaluate(
-                spec, ("sizes", name), spec.size_expressions.get(name, benchmark), sizes, None
+                spec, ("sizes", name), spec.size_expressions.get(name, benchmark), sizes, 0, "a size"
             )
-        if sizes[name] < 1:
-            raise _fail(spec, ("sizes", name), f"size {name} is {sizes[name]}; sizes must be ≥ 1")
+        if sizes[name] < 0:
+            raise _fail(spec, ("sizes", name), f"size {name} is {sizes[name]}: sizes must be ≥ 0")
     return sizes
 
 
@@ -100,7 +117,7 @@ def resolve(
     """The concrete problem and launch at `sizes` (missing ones: the benchmark's) with `block`
     (default: the spec's).
 
-    Raises SpecResolveError when an expression cannot be evaluated there (zero or negative sizes,
+    Raises SpecResolveError when an expression cannot be evaluated there (negative sizes, a dimension of 0,
     division by zero, a grid beyond CUDA's limits, a scalar out of its dtype's range).
     """
     point = complete_sizes(spec, sizes)
@@ -113,19 +130,24 @@ def resolve(
     launch = _launch(spec, block, values)
     arguments = tuple(_argument(spec, argument, point) for argument in spec.arguments)
     by_name = {argument.name: argument for argument in arguments}
-    reduction = _evaluate(spec, ("verify", "reduction"), spec.reduction, point, 1) if spec.reduction else None
+    reduction = (
+        _evaluate(spec, ("verify", "reduction"), spec.reduction, point, 1, "the reduction length")
+        if spec.reduction
+        else None
+    )
     tolerances = {output.name: _tolerance(spec, by_name[output.name], reduction) for output in spec.outputs}
     if spec.bytes_moved is not None:
-        bytes_moved = _evaluate(spec, ("roofline", "bytes"), spec.bytes_moved, point, 0)
+        bytes_moved = _evaluate(spec, ("roofline", "bytes"), spec.bytes_moved, point, 0, "bytes")
     else:  # compulsory traffic: every input read once, every output written once; inout both
         bytes_moved = sum(a.nbytes * (2 if a.role == "inout" else 1) for a in arguments if a.is_buffer)
-    flops = _evaluate(spec, ("roofline", "flops"), spec.flops, point, 0) if spec.flops else 0
+    flops = _evaluate(spec, ("roofline", "flops"), spec.flops, point, 0, "flops") if spec.flops else 0
     problem = Problem(
         label=" ".join(f"{name}={value}" for name, value in point.items()) or spec.kernel,
         sizes=point,
         arguments=arguments,
         tolerances=tolerances,
         oracle=dict(spec.oracle) if spec.oracle else None,
+        oracle_intermediates=spec.intermediates,
         bytes_moved=bytes_moved,
         flops=flops,
         flop_dtype=_flop_dtype(arguments),
@@ -147,14 +169,17 @@ def _check_block(spec: KernelSpec, block: tuple[int, ...]) -> None:
 
 
 def _launch(spec: KernelSpec, block: tuple[int, ...], values: Mapping[str, int]) -> LaunchPlan:
-    grid = [_evaluate(spec, ("launch", "grid", i), dim, values, 1) for i, dim in enumerate(spec.launch.grid)]
+    grid = [
+        _evaluate(spec, ("launch", "grid", i), dim, values, 1, "a grid dimension")
+        for i, dim in enumerate(spec.launch.grid)
+    ]
     grid += [1] * (3 - len(grid))
     for i, (dim, limit) in enumerate(zip(grid, MAX_GRID, strict=False)):
         if dim > limit:
             raise _fail(
                 spec, ("launch", "grid", i), f"grid.{'xyz'[i]} = {dim} is more than CUDA's limit {limit}"
             )
-    shared = _evaluate(spec, ("launch", "shared_bytes"), spec.launch.shared_bytes, values, 0)
+    shared = _evaluate(spec, ("launch", "shared_bytes"), spec.launch.shared_bytes, values, 0, "shared_bytes")
     padded = (*block, *([1] * (3 - len(block))))
     return LaunchPlan(
         grid=(grid[0], grid[1], grid[2]), block=(padded[0], padded[1], padded[2]), shared_bytes=shared
@@ -163,7 +188,10 @@ def _launch(spec: KernelSpec, block: tuple[int, ...], values: Mapping[str, int])
 
 def _argument(spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, int]) -> ArgumentPlan:
     path: KeyPath = ("args", argument.name)
-    shape = tuple(_evaluate(spec, (*path, "shape", i), dim, sizes, 1) for i, dim in enumerate(argument.shape))
+    shape = tuple(
+        _evaluate(spec, (*path, "shape", i), dim, sizes, 1, "a buffer dimension")
+        for i, dim in enumerate(argument.shape)
+    )
     distribution = _distribution(spec, argument, sizes)
     return ArgumentPlan(argument.name, argument.role, argument.dtype, shape, distribution, argument.may_alias)  # type: ignore[arg-type]
 
@@ -179,11 +207,21 @@ def _distribution(spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, 
     if init.dist in ("zeros", "ones"):  # a constant fill; the sandbox fills buffers with a "value" too
         fill = 0 if init.dist == "zeros" else 1
         return Distribution(kind="value", value=float(fill) if is_float(argument.dtype) else fill)
-    low = _number(spec, (*path, "init", "low"), init.low, argument.dtype, sizes, inclusive=True)
-    high = _number(spec, (*path, "init", "high"), init.high, argument.dtype, sizes, inclusive=False)
+    # The bounds of dist = "integers" are integer expressions, even for a float buffer.
+    dtype = "int64" if init.dist == "integers" and is_float(argument.dtype) else argument.dtype
+    low = _number(spec, (*path, "init", "low"), init.low, dtype, sizes, inclusive=True)
+    high = _number(spec, (*path, "init", "high"), init.high, dtype, sizes, inclusive=False)
     if init.dist != "normal" and low >= high:
         raise _fail(spec, (*path, "init"), f"the init range of {argument.name} is empty: [{low}, {high})")
-    return Distribution(init.dist, init.mean, init.std, float(low), float(high))  # type: ignore[arg-type]
+    mean = _evaluate_real(spec, (*path, "init", "mean"), init.mean, sizes)
+    std = _evaluate_real(spec, (*path, "init", "std"), init.std, sizes)
+    if init.dist == "normal" and std <= 0:
+        raise _fail(
+            spec,
+            (*path, "init", "std"),
+            f"{as_written((*path, 'init', 'std'), init.std)} is {std}: std must be > 0",
+        )
+    return Distribution(init.dist, mean, std, float(low), float(high))  # type: ignore[arg-type]
 
 
 def _number(
@@ -194,14 +232,19 @@ def _number(
     sizes: Mapping[str, int],
     inclusive: bool = True,
 ) -> int | float:
-    """A scalar value or a bound at these sizes: float for float dtypes, range-checked for integers."""
-    number: int | float = value if isinstance(value, float) else _evaluate(spec, path, value, sizes, None)
+    """A scalar value or a bound at these sizes: a real expression for float dtypes, an integer one
+    (range-checked) for integer dtypes."""
     if is_float(dtype):
-        return float(number)
-    low, high = INTEGER_RANGE[dtype]
-    if not low <= (number if inclusive else number - 1) <= high:
-        raise _fail(spec, path, f"{_key(path)} is {number}, outside {dtype}'s range [{low}, {high}]")
+        return _evaluate_real(spec, path, value, sizes)
+    number = _evaluate(spec, path, value, sizes, None)
+    _check_range(spec, path, number if inclusive else number - 1, dtype)
     return number
+
+
+def _check_range(spec: KernelSpec, path: KeyPath, number: int, dtype: str) -> None:
+    low, high = INTEGER_RANGE[dtype]
+    if not low <= number <= high:
+        raise _fail(spec, path, f"{value_label(path)} is {number}, outside {dtype}'s range [{low}, {high}]")
 
 
 def _tolerance(spec: KernelSpec, output: ArgumentPlan, reduction: int | None) -> Tolerance:

@@ -10,9 +10,9 @@ from typing import Any
 
 from cuda_agent.agent.kernels import Kernel
 from cuda_agent.agent.spec.arguments import ArgumentChecker
-from cuda_agent.agent.spec.checks import Issue, is_int, is_number
+from cuda_agent.agent.spec.checks import Issue, below_minimum, is_int, is_number
 from cuda_agent.agent.spec.expressions import (
-    ORACLE_MODULES,
+    MODULE_MEANING,
     ExpressionError,
     describe,
     parse_expression,
@@ -26,14 +26,22 @@ from cuda_agent.agent.spec.model import (
     LaunchSpec,
     ToleranceSpec,
 )
+from cuda_agent.sandbox.oracle_names import ORACLE_MODULES, needs_respelling, oracle_spelling
 
 TOP_LEVEL_KEYS = ("kernel", "instantiate", "sizes", "args", "launch", "verify", "roofline")
 LAUNCH_KEYS = ("block", "grid", "shared_bytes")
-VERIFY_KEYS = ("sizes", "oracle", "tolerance", "reduction")
+VERIFY_KEYS = ("sizes", "oracle", "intermediates", "tolerance", "reduction")
 ROOFLINE_KEYS = ("flops", "bytes")
 RESERVED_SIZE_NAMES = frozenset({"block", "ceil_div", "cdiv", "min", "max", *ORACLE_MODULES})
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_INTERMEDIATES = 32
+
+
+def is_size_name(name: str) -> bool:
+    """Whether a size may be called `name`: an identifier that expressions can write (not a Python
+    keyword) and that they do not reserve (block, the functions, the oracle's modules)."""
+    return name.isidentifier() and not keyword.iskeyword(name) and name not in RESERVED_SIZE_NAMES
 
 
 def split_template_arguments(text: str) -> list[str]:
@@ -67,12 +75,19 @@ class SpecBuilder(ArgumentChecker):
         self.unknown_keys(verify, ("verify",), VERIFY_KEYS, "[verify]")
         outputs = self.output_names(arguments)
         verify_sizes = self.verify_sizes(verify.get("sizes"))
-        oracle = self.oracle(verify.get("oracle"), outputs)
+        if "oracle" in verify or "intermediates" in verify:
+            self.oracle_spellings()
+        intermediates = self.intermediates(verify.get("intermediates"))
+        oracle = self.oracle(verify.get("oracle"), outputs, [name for name, _ in intermediates])
         tolerance, output_tolerances = self.tolerances(verify.get("tolerance"), outputs)
         reduction = None
         if "reduction" in verify:
             reduction = self.integer(
-                ("verify", "reduction"), verify["reduction"], minimum=1, what="reduction"
+                ("verify", "reduction"),
+                verify["reduction"],
+                minimum=1,
+                what="the reduction length",
+                why="the reduction length is an integer",
             )
         flops, bytes_moved = self.roofline()
         if self.issues or launch is None or arguments is None:
@@ -86,6 +101,7 @@ class SpecBuilder(ArgumentChecker):
             instantiate=instantiate,
             verify_sizes=verify_sizes,
             oracle=oracle,
+            intermediates=intermediates,
             tolerance=tolerance,
             output_tolerances=output_tolerances,
             reduction=reduction,
@@ -153,8 +169,15 @@ class SpecBuilder(ArgumentChecker):
         expressions: dict[str, str] = {}
         for position, (name, value) in enumerate(table.items()):
             path = ("sizes", name)
-            if not name.isidentifier() or keyword.iskeyword(name):
+            if not name.isidentifier():
                 self.issue(path, f"size name '{name}' must be an identifier (letters, digits, _)", key=True)
+                continue
+            if keyword.iskeyword(name):
+                self.issue(
+                    path,
+                    f"'{name}' is a Python keyword, which expressions cannot use: name the size differently",
+                    key=True,
+                )
                 continue
             if name in RESERVED_SIZE_NAMES:
                 self.issue(path, f"'{name}' is reserved in expressions; name the size differently", key=True)
@@ -164,10 +187,10 @@ class SpecBuilder(ArgumentChecker):
                 continue
             try:
                 others = [other for other in self.size_names if other != name]
-                expression = parse_expression(value, others)
+                expression = parse_expression(value, others, why="sizes are integers")
             except ExpressionError as error:
                 if isinstance(value, str):
-                    self.expression_issue(path, error)
+                    self.written_issue(path, value, error)
                 else:
                     self.issue(path, f"a size is an integer or an expression string, not {describe(value)}")
                 continue
@@ -184,10 +207,12 @@ class SpecBuilder(ArgumentChecker):
             try:
                 result = expression.evaluate(self.sizes)
             except ExpressionError as error:
-                self.expression_issue(path, error, value)
+                self.written_issue(path, value, error)
                 continue
-            if result < 1:
-                self.issue(path, f"size '{name}' is {result}; sizes must be ≥ 1")
+            if result < 0:
+                self.issue(
+                    path, below_minimum(path, value, result, expression.names, self.sizes, "a size", 0)
+                )
                 continue
             self.sizes[name] = result
             expressions[name] = expression.text
@@ -225,7 +250,7 @@ class SpecBuilder(ArgumentChecker):
                     minimum=1,
                     allow_block=True,
                     block=block or (),
-                    what=f"grid dim {i}",
+                    what="a grid dimension",
                 )
                 for i, dim in enumerate(grid_value)
             ]
@@ -293,14 +318,107 @@ class SpecBuilder(ArgumentChecker):
                         f"unknown size '{name}' (sizes are: {known}){suggest(name, self.size_names)}",
                         key=True,
                     )
-                elif not is_int(size) or size < 1:
-                    self.issue((*path, i, name), f"verify sizes are integers ≥ 1, not {describe(size)}")
+                elif not is_int(size) or size < 0:
+                    self.issue((*path, i, name), f"verify sizes are integers ≥ 0, not {describe(size)}")
             result.append(
-                {name: size for name, size in entry.items() if name in self.size_names and is_int(size)}
+                {
+                    name: size
+                    for name, size in entry.items()
+                    if name in self.size_names and is_int(size) and size >= 0
+                }
             )
         return tuple(result)
 
-    def oracle(self, value: Any, outputs: list[str]) -> dict[str, str] | None:
+    def declared_names(self) -> list[tuple[str, str]]:
+        """(kind, name) of what an oracle can refer to: the kernel's parameters, then the sizes."""
+        return [
+            *(("argument", p.name) for p in self.kernel.parameters if p.name),
+            *(("size", name) for name in self.size_names),
+        ]
+
+    def oracle_spellings(self) -> None:
+        """Two names an oracle would write the same way are refused: an argument F is written F_ there
+        (F is torch.nn.functional), which an argument or size F_ already is."""
+        by_spelling: dict[str, dict[str, str]] = {}  # spelling -> {name: kind}, first kind of each name
+        for kind, name in self.declared_names():
+            by_spelling.setdefault(oracle_spelling(name), {}).setdefault(name, kind)
+        for spelling, names in by_spelling.items():
+            for name, kind in names.items():
+                others = [(other_kind, other) for other, other_kind in names.items() if other != name]
+                if not others or not needs_respelling(name):
+                    continue
+                why = (
+                    f"{name} there is {MODULE_MEANING[name]}"
+                    if name in ORACLE_MODULES
+                    else "a Python keyword"
+                )
+                other_kind, other = others[0]
+                self.issue(
+                    ("args", name) if kind == "argument" else ("sizes", name),
+                    f"{kind} '{name}' is written {spelling} in an oracle ({why}), the same as "
+                    f"{other_kind} '{other}': rename one of the two",
+                    key=True,
+                )
+
+    def intermediates(self, value: Any) -> tuple[tuple[str, str], ...]:
+        """[verify.intermediates]: name = "PyTorch expression", each over the arguments, the sizes and the
+        intermediates above it. Returns those whose name is usable (so the oracle can still refer to one
+        whose expression has an error, without a cascade of unknown names)."""
+        path: KeyPath = ("verify", "intermediates")
+        if value is None:
+            return ()
+        if not isinstance(value, dict):
+            self.issue(
+                path,
+                'intermediates is a table of name = "PyTorch expression", e.g. '
+                '[verify.intermediates] centered = "x - x.mean(dim=-1, keepdim=True)"',
+            )
+            return ()
+        if len(value) > MAX_INTERMEDIATES:
+            self.issue(path, f"{len(value)} intermediates; at most {MAX_INTERMEDIATES}")
+            return ()
+        taken: dict[str, tuple[str, str]] = {}  # spelling -> (kind, name); an argument before a size
+        for kind, name in self.declared_names():
+            taken.setdefault(oracle_spelling(name), (kind, name))
+        names = [name for _, name in self.declared_names()]
+        usable: list[tuple[str, str]] = []
+        for position, (name, expression) in enumerate(value.items()):
+            entry: KeyPath = (*path, name)
+            problem = self.intermediate_name_problem(name, taken)
+            if problem:
+                self.issue(entry, problem, key=True)
+                continue
+            if not isinstance(expression, str):
+                self.issue(
+                    entry,
+                    f"an intermediate is a string holding a PyTorch expression, not {describe(expression)}",
+                )
+            else:
+                later = [other for other in list(value)[position + 1 :] if isinstance(other, str)]
+                error = validate_oracle(expression, [*names, *(n for n, _ in usable)], later=later)
+                if error is not None:
+                    self.expression_issue(entry, error, expression)
+            usable.append((name, expression if isinstance(expression, str) else ""))
+            taken[name] = ("intermediate", name)
+        return tuple(usable)
+
+    @staticmethod
+    def intermediate_name_problem(name: str, taken: Mapping[str, tuple[str, str]]) -> str | None:
+        if not name.isidentifier():
+            return f"intermediate name '{name}' must be an identifier (letters, digits, _)"
+        if keyword.iskeyword(name):
+            return f"'{name}' is a Python keyword: name the intermediate differently"
+        if name.startswith("_"):
+            return "names starting with '_' are not allowed in an oracle: name the intermediate differently"
+        if name in ORACLE_MODULES:
+            return f"'{name}' is {MODULE_MEANING[name]} in an oracle: name the intermediate differently"
+        if name in taken:
+            kind, declared = taken[name]
+            also = f" (written {name} in an oracle)" if declared != name else ""
+            return f"'{name}' is already the {kind} {declared}{also}: name the intermediate differently"
+        return None
+
+    def oracle(self, value: Any, outputs: list[str], intermediates: list[str]) -> dict[str, str] | None:
         path: KeyPath = ("verify", "oracle")
         if value is None:
             return None
@@ -309,7 +427,7 @@ class SpecBuilder(ArgumentChecker):
                 path, 'oracle is a table of output = "PyTorch expression", e.g. { y = "torch.relu(x)" }'
             )
             return None
-        names = [*(p.name for p in self.kernel.parameters if p.name), *self.size_names]
+        names = [*(name for _, name in self.declared_names()), *intermediates]
         for output, expression in value.items():
             if output not in outputs:
                 self.issue(
@@ -372,9 +490,13 @@ class SpecBuilder(ArgumentChecker):
         self.unknown_keys(table, ("roofline",), ROOFLINE_KEYS, "[roofline]")
         flops = bytes_moved = None
         if "flops" in table:
-            flops = self.integer(("roofline", "flops"), table["flops"], minimum=0, what="flops")
+            flops = self.integer(
+                ("roofline", "flops"), table["flops"], minimum=0, what="flops", why="flops are integers"
+            )
         if "bytes" in table:
-            bytes_moved = self.integer(("roofline", "bytes"), table["bytes"], minimum=0, what="bytes")
+            bytes_moved = self.integer(
+                ("roofline", "bytes"), table["bytes"], minimum=0, what="bytes", why="bytes are integers"
+            )
         return flops, bytes_moved
 
 
