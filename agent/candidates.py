@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.sandbox.reports import Comparison, CompileResult, VerificationReport, WorkerError
+from cuda_agent.sandbox.sanitizer import SanitizerReport
+
+OF_THE_REWRITE = " of the rewrite"  # what the line number of a compute-sanitizer finding refers to
 
 
 @dataclass(frozen=True)
@@ -41,12 +44,22 @@ class CandidateResult:
     comparison: Comparison | None = None
     error: WorkerError | None = None
     cached: bool = False
+    # compute-sanitizer's verdict, for a candidate checked before it was shown (agent/sanitizer_gate.py)
+    sanitizer: SanitizerReport | None = None
 
     @property
     def verified(self) -> bool:
         return bool(
-            self.compile.ok and self.verification and self.verification.passed and not self.timing_failed
+            self.compile.ok
+            and self.verification
+            and self.verification.passed
+            and not self.timing_failed
+            and not self.sanitizer_rejected
         )
+
+    @property
+    def sanitizer_rejected(self) -> bool:
+        return self.sanitizer is not None and self.sanitizer.rejected
 
     @property
     def timing_failed(self) -> bool:
@@ -69,7 +82,7 @@ class CandidateResult:
             return self.error.kind.replace("_", " ")
         if self.verification and not self.verification.passed:
             return "rejected"
-        if self.timing_failed:
+        if self.timing_failed or self.sanitizer_rejected:
             return "rejected"
         if self.comparison is None:
             return "verified"
@@ -92,4 +105,6 @@ class CandidateResult:
             return self.verification.reason
         if self.comparison and self.comparison.timed_output_failures:
             return self.comparison.timed_output_failures[0].message
+        if self.sanitizer is not None and self.sanitizer.rejected:
+            return self.sanitizer.summary(OF_THE_REWRITE)
         return ""  # a timed candidate's verdict is its status and interval; the decision text is for the best

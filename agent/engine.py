@@ -16,7 +16,7 @@ from cuda_agent.agent.cache import ResultCache, result_key
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.device_source import device_source
 from cuda_agent.agent.spec import KernelSpec, SpecResolveError, resolve
-from cuda_agent.agent.targets import KernelTarget, problems_for, with_block
+from cuda_agent.agent.targets import KernelTarget, automatic_verify_points, problems_for, with_block
 from cuda_agent.sandbox.client import Sandbox
 from cuda_agent.sandbox.compile import compile_kernel
 from cuda_agent.sandbox.plan import KernelUnderTest, LaunchPlan, Problem
@@ -34,6 +34,15 @@ from cuda_agent.sandbox.reports import (
     TimingReport,
     VerificationReport,
     WorkerError,
+)
+from cuda_agent.sandbox.sanitizer import (
+    NOT_FOUND,
+    SanitizerReport,
+    SanitizerRequest,
+    SanitizerSettings,
+    find_compute_sanitizer,
+    not_checked,
+    sanitize,
 )
 
 DEFAULT_ARCH = "sm_90"  # without a GPU to ask, compile for the H100/H200 generation
@@ -65,7 +74,15 @@ class Baseline:
 
     @property
     def oracle(self) -> str:
-        return "PyTorch expression" if self.problems and self.problems[0].oracle else "original kernel"
+        """What the outputs are checked against, for a person."""
+        problem = self.problems[0] if self.problems else None
+        expressions = (problem.oracle or {}) if problem else {}
+        if not expressions:
+            return "original kernel"
+        by_kernel = [a.name for a in problem.outputs if a.name not in expressions]  # type: ignore[union-attr]
+        if not by_kernel:
+            return "PyTorch expression"
+        return f"PyTorch expression for {', '.join(expressions)}, original kernel for {', '.join(by_kernel)}"
 
     @property
     def usable(self) -> bool:
@@ -172,27 +189,35 @@ class Engine:
         if isinstance(cached, Baseline):
             return replace(cached, target=target)
         notes: list[str] = []
-        oracle_reference = None if problems[0].oracle else kernel
         report = self._sandbox_verify(
-            VerifyRequest(kernel, problems, oracle_reference, self.settings.input_sets)
+            VerifyRequest(kernel, problems, _reference_for(problems, kernel), self.settings.input_sets)
         )
         if isinstance(report, WorkerError):
             return Baseline(target, spec, problems, kernel, compiled, error=report)
         if not report.passed and automatic and report.failures[0].problem == problems[-1].label:
-            # The original itself cannot run at the size we made up: keep the sizes the user gave.
-            notes.append(
-                f"the original kernel fails at the automatic extra size {problems[-1].label} "
-                f"({report.failures[0].check}); verified at the benchmark size only. Add [verify] sizes."
-            )
-            problems, launches = problems[:-1], launches[:-1]
-            kernel = KernelUnderTest(compiled.kernel, launches, label="original")
-            report = self._sandbox_verify(
-                VerifyRequest(
-                    kernel, problems, None if problems[0].oracle else kernel, self.settings.input_sets
+            # The original itself cannot run at the size we made up: try the next automatic size (one that
+            # keeps the sizes' power-of-two factors), then the benchmark size alone.
+            failed = []
+            for point in [*automatic_verify_points(spec)[1:], None]:
+                failed.append(f"{problems[-1].label} ({report.failures[0].check})")
+                problems, launches, _ = problems_for(spec, verify_points=[point] if point else [])
+                kernel = KernelUnderTest(compiled.kernel, launches, label="original")
+                report = self._sandbox_verify(
+                    VerifyRequest(
+                        kernel, problems, _reference_for(problems, kernel), self.settings.input_sets
+                    )
                 )
+                if isinstance(report, WorkerError):
+                    return Baseline(target, spec, problems, kernel, compiled, error=report)
+                if point is None or report.passed or report.failures[0].problem != problems[-1].label:
+                    break
+            kept = (
+                f"kept {problems[-1].label}" if len(problems) > 1 else "verified at the benchmark size only"
             )
-            if isinstance(report, WorkerError):
-                return Baseline(target, spec, problems, kernel, compiled, error=report)
+            notes.append(
+                f"the original kernel fails at the automatic extra size{'s' if len(failed) > 1 else ''} "
+                f"{' and '.join(failed)}; {kept}. Add [verify] sizes."
+            )
         timing = None
         if report.passed:
             timed = self._sandbox_time(self._time_request((kernel,), problems[0], reference=None))
@@ -265,7 +290,7 @@ class Engine:
         cached = self.cache.get(key)
         if isinstance(cached, CandidateResult):
             return replace(cached, candidate=candidate, compile=compiled, cached=True)
-        reference = None if baseline.problems[0].oracle else baseline.kernel
+        reference = _reference_for(baseline.problems, baseline.kernel)
         report = self._sandbox_verify(
             VerifyRequest(kernel, baseline.problems, reference, self.settings.input_sets)
         )
@@ -294,6 +319,11 @@ class Engine:
         problem = baseline.problems[0] if baseline.problems else None
         if problem is None or not problem.oracle:
             return TorchTimingResult(None, None, "the spec has no PyTorch oracle: no reference to time")
+        left_out = [a.name for a in problem.outputs if a.name not in problem.oracle]
+        if left_out:
+            return TorchTimingResult(
+                None, None, f"the PyTorch oracle leaves out {', '.join(left_out)}: torch would do less work"
+            )
         device = self.device()
         if isinstance(device, WorkerError):
             return device
@@ -315,6 +345,50 @@ class Engine:
         if isinstance(result, TorchTimingResult) and result.eager is not None:
             self.cache.set(key, result)
         return result
+
+    def sanitize(
+        self, baseline: Baseline, result: CandidateResult, settings: SanitizerSettings | None = None
+    ) -> SanitizerReport:
+        """The candidate under compute-sanitizer (memcheck, racecheck, synccheck, initcheck; the sizes each
+        runs: SanitizerSettings), compiled again with -lineinfo so that findings name lines of its file. The
+        GPU is held meanwhile: no verify or time request runs beside it. Cached like other results by the
+        kernel, the problems, the launches and the device; a report that could not check is not kept."""
+        settings = settings or SanitizerSettings()
+        executable = find_compute_sanitizer()
+        if executable is None:
+            return not_checked(NOT_FOUND)
+        device = self.device()
+        if isinstance(device, WorkerError):
+            return not_checked(f"no GPU ({device.message})", executable=executable)
+        candidate = result.candidate
+        flags = candidate.flags if "-lineinfo" in candidate.flags else (*candidate.flags, "-lineinfo")
+        compiled = self.compile(baseline.target, candidate.source, replace(candidate, flags=flags))
+        if not compiled.ok or compiled.kernel is None:
+            why = compiled.errors[0].message if compiled.errors else "no kernel"
+            return not_checked(f"it does not compile with -lineinfo ({why})", executable=executable)
+        launches = self._launches(baseline, candidate)
+        if isinstance(launches, WorkerError):
+            return not_checked(launches.message, executable=executable)
+        key = result_key(
+            "sanitizer", compiled.kernel, baseline.problems, launches, self._device_key(), settings,
+            executable,
+        )  # fmt: skip
+        cached = self.cache.get(key)
+        if isinstance(cached, SanitizerReport):
+            return cached
+        request = SanitizerRequest(
+            compiled.kernel, baseline.problems, launches, candidate.source, str(baseline.target.path),
+            self.settings.gpu_index,
+        )  # fmt: skip
+        assert self._sandbox is not None
+        with self._sandbox.exclusive():
+            try:
+                report = sanitize(request, settings, executable)
+            except Exception as exc:  # a bug of ours, a broken install: unchecked, and it says so
+                return not_checked(f"the check failed: {exc!r}", executable=executable)
+        if report.status != "not_checked":
+            self.cache.set(key, report)
+        return report
 
     def _launches(self, baseline: Baseline, candidate: Candidate) -> tuple[LaunchPlan, ...] | WorkerError:
         """The candidate's launch at every problem size: its own launch spec, else the original's grid
@@ -358,6 +432,15 @@ def _open_sandbox(settings: EngineSettings) -> Sandbox | RecordedSandbox:
     if recording:
         return RecordedSandbox.from_file(recording)
     return Sandbox(gpu_index=settings.gpu_index, timeout_s=settings.timeout_s)
+
+
+def _reference_for(problems: Sequence[Problem], original: KernelUnderTest) -> KernelUnderTest | None:
+    """The original kernel as the oracle of every output the spec's PyTorch oracle leaves out (all of them
+    without one); None when the expressions cover every output."""
+    if not problems:
+        return original
+    expressions = problems[0].oracle or {}
+    return None if all(a.name in expressions for a in problems[0].outputs) else original
 
 
 def _first(kernel: KernelUnderTest) -> KernelUnderTest:

@@ -16,6 +16,7 @@ from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
 from cuda_agent.agent.proposers.transforms import TRANSFORMS
 from cuda_agent.agent.rewrite import with_launch
+from cuda_agent.agent.sanitizer_gate import SanitizerGate
 from cuda_agent.agent.search import SearchBudget, SearchOutcome, best_of, run_search
 from cuda_agent.agent.targets import KernelTarget
 
@@ -69,6 +70,7 @@ def optimize(
     budget_s: float | None = None,
     on_best: Callable[[OptimizeOutcome], None] | None = None,
     llm: LlmSettings | None = None,
+    sanitize: bool = False,
 ) -> OptimizeOutcome:
     """Search `proposers` (default: all of PROPOSERS, the offline ones) for the fastest verified rewrite of
     `target`, within `budget` (or just `budget_s` seconds of search, the other limits at their defaults).
@@ -76,7 +78,10 @@ def optimize(
     settings (default: from the environment) and its own budget; its candidates join the same results.
 
     `on_best` is called during the search each time a new best verified rewrite is found, with the outcome
-    so far (the editor shows the first gain seconds before the search ends)."""
+    so far (the editor shows the first gain seconds before the search ends).
+
+    With `sanitize`, the best is checked under compute-sanitizer before it is chosen (and before each best
+    so far is passed to `on_best`); a rejected one gives way to the next best (agent/sanitizer_gate.py)."""
     if budget is None and budget_s is not None:
         budget = SearchBudget(seconds=budget_s)
     baseline = engine.baseline(target)
@@ -85,6 +90,7 @@ def optimize(
     names = proposers or tuple(PROPOSERS)
     chosen = {name: PROPOSERS[name] for name in names if name != LLM_PROPOSER}
     progress = Progress(kernel=target.kernel.name)
+    gate = SanitizerGate(engine, baseline) if sanitize else None
     # The search checks its budget between batches; within one, a candidate is not started past it (a
     # batch of slow candidates overran a 30 s budget by 18 s on the H200).
     deadline = time.monotonic() + (budget or SearchBudget()).seconds
@@ -105,12 +111,15 @@ def optimize(
             on_progress(p)
         if on_best is None:
             return
-        best = best_of(p.results)
+        best = gate.best(p.results) if gate is not None else best_of(p.results)
         if best is not None and best.candidate.id != shown:
             shown = best.candidate.id
             so_far = f"best so far after {len(p.results)} candidates; the search goes on"
+            if gate is not None:
+                so_far += gate.explain(best)
             live = sessions[-1] if sessions else None
-            on_best(OptimizeOutcome(baseline, tuple(p.results), best, so_far, llm=live))
+            seen = gate.annotate(p.results) if gate is not None else p.results
+            on_best(OptimizeOutcome(baseline, tuple(seen), best, so_far, llm=live))
 
     search = run_search(target, chosen, evaluate, budget, progress, report) if chosen else None
     results = list(search.results) if search is not None else []
@@ -123,11 +132,15 @@ def optimize(
             results += session.results
         else:
             notes = (f"LLM proposer disabled: {reason}",)
-    best = best_of(results)
+    best = gate.best(results) if gate is not None else best_of(results)
+    if gate is not None:
+        results = gate.annotate(results)
     explanation = explain(baseline, results, best, search)
     if session is not None:
         explanation += f"; {session.summary()}"
     explanation += "".join(f"; {note}" for note in notes)
+    if gate is not None:
+        explanation += gate.explain(best)
     return OptimizeOutcome(baseline, tuple(results), best, explanation, search, session, notes)
 
 
@@ -204,7 +217,7 @@ def explain(
         where = f"; the original already runs at {timing.roofline_fraction:.0%} of the measured roofline"
         if timing.bandwidth_gbs:
             where += f" ({timing.bandwidth_gbs:,.0f} GB/s)"
-    return (
-        f"no candidate was faster beyond the measured noise ({verified} of {len(results)} verified){where}"
-        f"{searched}"
-    )
+    lead = "no candidate was faster beyond the measured noise"
+    if any(r.sanitizer_rejected for r in results):  # faster ones there were, but none passed the check
+        lead = "no faster candidate passed compute-sanitizer"
+    return f"{lead} ({verified} of {len(results)} verified){where}{searched}"

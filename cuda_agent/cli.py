@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
 from cuda_agent import __version__
-from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.candidates import OF_THE_REWRITE, Candidate, CandidateResult
 from cuda_agent.agent.engine import Engine, EngineSettings
 from cuda_agent.agent.engine import Progress as JobProgress
 from cuda_agent.agent.llm import LLM_PROPOSER
@@ -39,6 +39,7 @@ from cuda_agent.agent.spec import SpecError
 from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
 from cuda_agent.line_endings import in_line_endings_of
 from cuda_agent.sandbox.reports import CompileResult, DeviceInfo, WorkerError
+from cuda_agent.sandbox.sanitizer import NOT_FOUND, find_compute_sanitizer, sanitizer_version
 from cuda_agent.tables import (
     baseline_table,
     candidates_table,
@@ -90,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     opt.add_argument("--write", action="store_true", help="apply the best verified rewrite to the file")
     opt.add_argument(
+        "--sanitize", action=argparse.BooleanOptionalAction, default=None,
+        help="check the best rewrite under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) "
+        "before it is shown or written; a finding rejects it and the next best is checked (default: on with "
+        "--write)",
+    )  # fmt: skip
+    opt.add_argument(
         "--budget-s",
         type=float,
         default=SearchBudget.seconds,
@@ -121,6 +128,10 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("new", type=Path)
     compare.add_argument("--kernel", help="the kernel in OLD (default: the only one)")
     compare.add_argument("--new-kernel", help="its name in NEW (default: the same)")
+    compare.add_argument(
+        "--sanitize", action=argparse.BooleanOptionalAction, default=False,
+        help="check NEW's kernel under compute-sanitizer too, once verified (default: off)",
+    )  # fmt: skip
     common(compare)
 
     doctor = sub.add_parser("doctor", help="GPU, driver, CUDA, NVRTC, nvcc, CuPy and measured ceilings")
@@ -263,9 +274,15 @@ def cmd_check(engine: Engine, args: argparse.Namespace) -> int:
     targets = _select(files, args.kernel)
     gpu = _gpu_or_explain(engine)
     failed = bool(files.spec_errors)
+    checked = 0
     for target in targets:
-        if not _runnable(target):
+        if target.spec is None:
+            # Compiling needs no spec: the compiler's errors belong on their lines whatever else is missing.
+            console.print(f"[yellow]{target.kernel.name}: not checked: {escape(target.note)}[/]")
+            if target.compilable:
+                failed |= not _compile_only(engine, target)
             continue
+        checked += 1
         if target.spec.inferred:
             console.print(f"[bold]{target.kernel.name}[/]: {escape(target.spec.inference_note)}")
         if gpu is None:
@@ -277,6 +294,13 @@ def cmd_check(engine: Engine, args: argparse.Namespace) -> int:
         _print_compile_diagnostics(target, baseline.compile)
         console.print()
         failed |= not baseline.usable
+    if not checked:
+        # A script must be able to tell "nothing could be run" from "all passed".
+        err.print(
+            f"[bold red]cuda-agent: {relative(args.file)}: no kernel could be checked[/] (none has a spec, "
+            "written or inferred): add a /* cuda-agent ... */ spec comment next to the kernel"
+        )
+        return 1
     return 1 if failed else 0
 
 
@@ -315,6 +339,7 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
     transcripts: list[str] = []
     source = files.source
     failed = False
+    sanitize = args.write if args.sanitize is None else args.sanitize
     for name in [t.kernel.name for t in targets]:
         # Each kernel is optimized on the latest text, with the rewrites chosen for earlier ones applied.
         target = load_targets(args.file, source).find(name)
@@ -334,14 +359,15 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
                            best=best)  # fmt: skip
 
             budget = SearchBudget(seconds=args.budget_s, candidates=args.max_candidates)
-            outcome = optimize(engine, target, proposers, on_progress, budget, llm=llm)
+            outcome = optimize(engine, target, proposers, on_progress, budget, llm=llm, sanitize=sanitize)
         if outcome.llm is not None:
             title = f"{outcome.llm.proposer} on {target.kernel.name} ({relative(args.file)})"
             transcripts.append(render_markdown(outcome.llm.transcript(), title))
         console.print(baseline_table(outcome.baseline, gpu))
         if outcome.results:
             console.print(candidates_table(outcome.results))
-        console.print(f"[bold]{target.kernel.name}:[/] {outcome.explanation}")
+        console.print(f"[bold]{target.kernel.name}:[/] {escape(outcome.explanation)}")
+        _print_sanitizer_rejections(outcome.results, args.file)
         if outcome.best is None:
             failed |= not outcome.baseline.usable
             console.print()
@@ -351,6 +377,18 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
         console.print(Syntax(diff, "diff", background_color="default"))
         if best.assumptions:
             console.print("assumes: " + "; ".join(best.assumptions))
+        checked = outcome.best.sanitizer
+        if checked is not None:
+            style = "green" if checked.passed else "yellow"
+            console.print(f"[{style}]{escape(checked.summary(OF_THE_REWRITE))}[/]")
+            if args.write and checked.status == "not_checked" and checked.reason != NOT_FOUND:
+                # Written unchecked only where the tool is missing (said above); not when it failed to check.
+                console.print(
+                    f"[yellow]not writing {target.kernel.name}'s rewrite: compute-sanitizer could not check "
+                    "it (--no-sanitize writes it unchecked)[/]\n"
+                )
+                failed = True
+                continue
         source = best.source
         console.print()
     if args.write and source != files.source:
@@ -362,6 +400,27 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
         args.llm_transcript.write_text("\n".join(transcripts), encoding="utf-8")
         console.print(f"wrote the LLM transcript to {relative(args.llm_transcript)}")
     return 1 if failed else 0
+
+
+def _print_sanitizer_rejections(results: Sequence[CandidateResult], path: Path) -> None:
+    """Each candidate compute-sanitizer rejected: its findings at their lines of the rewrite's file."""
+    for result in results:
+        report = result.sanitizer
+        if report is None or not report.rejected:
+            continue
+        what = escape(result.candidate.description)
+        console.print(f"[red]rejected by compute-sanitizer:[/] {what} ({escape(report.costs())})")
+        for finding in report.findings:
+            where = (
+                f"{relative(path)}, line {finding.line}{OF_THE_REWRITE}"
+                if finding.line is not None
+                else (finding.file or "no line given")
+            )
+            repeats = f" (×{finding.count})" if finding.count > 1 else ""
+            console.print(f"  [red]{finding.tool} {finding.kind}[/] at {escape(where)}{repeats}")
+            if finding.source_line:
+                console.print(f"    {escape(finding.source_line)}")
+            console.print(f"    [dim]{escape(finding.message)}[/]")
 
 
 def _llm_settings(args: argparse.Namespace) -> LlmSettings:
@@ -410,6 +469,9 @@ def cmd_compare(engine: Engine, args: argparse.Namespace) -> int:
             console.print("[red]the original cannot serve as the reference; nothing compared[/]")
             return 1
         (result,) = engine.evaluate(baseline, [candidate])
+    if args.sanitize and result.verified:
+        with console.status("checking the rewrite under compute-sanitizer…"):
+            result = replace(result, sanitizer=engine.sanitize(baseline, result))
     console.print(baseline_table(baseline, gpu))
     console.print(candidates_table([result]))
     if not result.compile.ok:
@@ -423,6 +485,9 @@ def cmd_compare(engine: Engine, args: argparse.Namespace) -> int:
         console.print(f"  original  {timing_line(c.baseline)}")
         console.print(f"  rewrite   {timing_line(c.candidate)}")
         console.print(f"  decision  {c.decision}")
+    if result.sanitizer is not None:
+        console.print(f"  sanitizer {escape(result.sanitizer.summary(f' of {relative(args.new)}'))}")
+        _print_sanitizer_rejections([result], args.new)
     style = "bold green" if result.faster else ("bold red" if not result.verified else "yellow")
     speedup = f", {result.speedup:.2f}×" if result.speedup and result.verified else ""
     console.print(f"[{style}]verdict: {verdict}[/]{speedup}")
@@ -438,6 +503,14 @@ def cmd_doctor(engine: Engine, args: argparse.Namespace) -> int:
     else:
         console.print("nvcc: [yellow]not found[/] (only needed for files NVRTC cannot compile)")
     console.print(f"NVRTC: {_nvrtc_version()}")
+    sanitizer = find_compute_sanitizer()
+    if sanitizer is not None:
+        console.print(f"compute-sanitizer: {sanitizer} ({escape(sanitizer_version(sanitizer))})")
+    else:
+        console.print(
+            "compute-sanitizer: [yellow]not found[/] (PATH, $CUDA_AGENT_COMPUTE_SANITIZER, CUDA_HOME, "
+            "/usr/local/cuda): rewrites are shown and written without its check, and say so"
+        )
     for dist in ("cupy-cuda13x", "cupy-cuda12x", "cupy", "torch"):
         try:
             console.print(f"{dist}: {importlib.metadata.version(dist)}")

@@ -249,6 +249,30 @@ def unwritten_elements(
     )
 
 
+def timed_runs_to_replay(poisoned_per_run: Array, per_poison: int = 2) -> list[int]:
+    """Which timed runs to replay for the unwritten check: timed runs alternate two poison bytes (even and
+    odd runs), and per byte the `per_poison` runs with the most elements still holding it are the ones
+    where skipped work would show."""
+    counts = np.asarray(poisoned_per_run)
+    chosen: list[int] = []
+    for parity in (0, 1):
+        runs = np.arange(parity, len(counts), 2)
+        ranked = runs[np.argsort(-counts[runs], kind="stable")][:per_poison]
+        chosen += [int(run) for run in ranked if counts[run] > 0]
+    return sorted(chosen)
+
+
+def unexplained_poison(timed_count: int, replayed_counts: tuple[int, int]) -> int:
+    """Elements of a timed run's outputs that held its poison beyond chance (more than 0: unwritten).
+
+    A correct value equals a fixed bit pattern by chance (thousands of times among 2^27 fp16 outputs), so
+    the count is set against the same kernel's own values on the same inputs, counted in two replays whose
+    outputs were poisoned with the other byte: the larger of the two, plus their difference as a margin
+    for a kernel whose float atomics round differently from run to run."""
+    first, second = replayed_counts
+    return timed_count - (max(first, second) + abs(first - second))
+
+
 def check_unchanged(
     before: Array, after: Array, *, argument: str | None = None, dtype: str | None = None
 ) -> CheckFailure | None:

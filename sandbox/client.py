@@ -13,19 +13,22 @@ started (CUDA context made, kernels warmed) while the active one works; it takes
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from cuda_agent.sandbox.protocol import (
+    IMPORTING_TORCH,
     DeviceInfoRequest,
     Heartbeat,
+    PrepareTorch,
     TimeRequest,
     TimeTorchRequest,
     TimingResult,
@@ -118,6 +121,7 @@ class Sandbox:
         self._spare: _Worker | None = None
         self._no_gpu: WorkerError | None = None
         self._device: DeviceInfo | None = None
+        self._torch_used = False  # an oracle needed torch: the standby loads it before it is needed
 
     # -- requests --------------------------------------------------------------------------------------
 
@@ -155,6 +159,13 @@ class Sandbox:
         otherwise reach for)."""
         return self._request(request, on_heartbeat)
 
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the GPU for work outside the worker (a compute-sanitizer run, a process of its own): no
+        verify or time request starts until the block ends, so none is timed beside it."""
+        with self._lock:
+            yield
+
     def _request(self, message: object, on_heartbeat: OnHeartbeat | None) -> Any:
         with self._lock:
             worker = self._acquire()
@@ -185,6 +196,9 @@ class Sandbox:
                 if isinstance(reply, Heartbeat):
                     deadline = time.monotonic() + self.timeout_s + reply.expect_silence_s
                     last_word = reply.note
+                    if reply.note == IMPORTING_TORCH and not self._torch_used:
+                        self._torch_used = True
+                        self._prepare_torch(self._spare)
                     if on_heartbeat is not None:
                         on_heartbeat(reply)
                     continue
@@ -195,7 +209,17 @@ class Sandbox:
     # -- workers ---------------------------------------------------------------------------------------
 
     def _spawn(self) -> _Worker:
-        return _Worker(self._context, self.gpu_index)
+        worker = _Worker(self._context, self.gpu_index)
+        if self._torch_used:
+            self._prepare_torch(worker)
+        return worker
+
+    @staticmethod
+    def _prepare_torch(worker: _Worker | None) -> None:
+        """Ask a standby worker to load torch now (the pipe holds the notice until it is ready)."""
+        if worker is not None:
+            with contextlib.suppress(OSError, ValueError):  # a spare that died is replaced when needed
+                worker.conn.send(PrepareTorch())
 
     def _acquire(self) -> _Worker | WorkerError:
         """The active worker, ready; a spare is started beside it, to take over after a crash."""

@@ -94,9 +94,13 @@ class Problem:
     sizes: dict[str, int]
     arguments: tuple[ArgumentPlan, ...]
     tolerances: dict[str, Tolerance]  # per output/inout argument name
-    # Output/inout name -> PyTorch expression over argument and size names.
-    # None: the original kernel is the oracle.
+    # Output/inout name -> PyTorch expression over argument and size names (spelled as
+    # sandbox/oracle_names.py says). Outputs without one are checked against the reference kernel.
+    # None: the original kernel is the oracle for every output.
     oracle: dict[str, str] | None = None
+    # Named values the oracle expressions may use, (name, expression) in the order they are evaluated;
+    # each may use the ones before it.
+    oracle_intermediates: tuple[tuple[str, str], ...] = ()
     bytes_moved: int = 0  # compulsory DRAM traffic, for the roofline
     flops: int = 0
     flop_dtype: str = "float32"  # which measured FLOP ceiling applies

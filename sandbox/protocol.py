@@ -86,6 +86,16 @@ class TorchTimingResult:
 
 
 @dataclass(frozen=True)
+class PrepareTorch:
+    """A notice, not a request (nothing is answered): import torch in the background. The caller sends it
+    to its standby worker once an oracle has needed torch, so that the worker taking over after a crash
+    or a hang does not pay torch's start (seconds) on the way to its first verdict."""
+
+
+IMPORTING_TORCH = "importing torch for the oracle"  # the heartbeat note that tells the caller torch is used
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Sent by the worker after every synchronised launch, so the caller can tell slow from hung."""
 

@@ -26,7 +26,9 @@ Chosen by `Engine.device()` when CUDA_AGENT_RECORDED_WORKER names a recording.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,6 +143,11 @@ class RecordedSandbox:
 
     def time_torch(self, request: TimeTorchRequest, on_heartbeat: object = None) -> TorchTimingResult:
         return TorchTimingResult(None, None, "PyTorch timings are not part of the recording")
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Sandbox.exclusive(): nothing runs beside anything here."""
+        yield
 
     def close(self) -> None:
         """Nothing to stop: there is no process."""

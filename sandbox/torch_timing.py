@@ -10,66 +10,28 @@ of seconds (the worker announces that silence with a Heartbeat, so the caller do
 
 from __future__ import annotations
 
-import ast
-import math
 import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
+from cuda_agent.sandbox.oracle import (
+    PRECISION_NOTE,
+    OracleError,
+    constants_of,
+    load_torch,
+    oracle_function,
+    oracle_parameters,
+)
 from cuda_agent.sandbox.plan import Problem, Tolerance
-from cuda_agent.sandbox.protocol import TimeTorchRequest, TorchTimingResult
+from cuda_agent.sandbox.protocol import IMPORTING_TORCH, TimeTorchRequest, TorchTimingResult
 from cuda_agent.sandbox.reports import TimingReport
 
-# CuPy is imported by the functions that touch the GPU, so `oracle_function` is testable on a CPU.
-Beat = Callable[..., None]  # as in sandbox/verify.py: beat(note, expect_silence_s=0.0)
+# CuPy is imported by the functions that touch the GPU.
+Beat = Any  # sandbox/verify.py's Beat (imported lazily with the rest of the worker side)
 
 COMPILE_SILENCE_S = 600.0  # torch.compile's first call: Dynamo, Inductor, Triton autotuning, ptxas
 FIRST_CALL_SILENCE_S = 30.0  # an operator's first use loads its library (cuBLAS for `@`)
-
-
-def oracle_function(
-    problem: Problem, constants: dict[str, Any], torch: Any
-) -> tuple[Callable, tuple[str, ...]]:
-    """The oracle expressions as one Python function of the input tensors, returning the outputs in order:
-    `def reference(x, w): return (expr_y,)`. Built from the expressions' syntax trees (never by pasting
-    text), with a real code object, so Dynamo can trace it; sizes and scalars are constants of its
-    globals, as in the verifier's namespace, and there are no builtins."""
-    oracle = problem.oracle or {}
-    outputs = [a.name for a in problem.outputs if a.name in oracle]
-    if not outputs:
-        raise ValueError("the problem has no PyTorch oracle to time")
-    parameters = tuple(a.name for a in problem.arguments if a.role in ("input", "inout"))
-    # Each output through `_written_out`: a kernel writes its output buffer, so an expression that is only
-    # a view (`src.T`) must be made to write its result too, or torch would be timed doing nothing.
-    bodies = [
-        ast.Call(ast.Name("_written_out", ast.Load()), [ast.parse(oracle[name], mode="eval").body], [])
-        for name in outputs
-    ]
-    function = ast.FunctionDef(
-        name="reference",
-        args=ast.arguments(
-            posonlyargs=[], args=[ast.arg(p) for p in parameters], kwonlyargs=[], kw_defaults=[], defaults=[]
-        ),
-        body=[ast.Return(ast.Tuple(bodies, ast.Load()))],
-        decorator_list=[],
-        returns=None,
-        type_params=[],
-    )
-    module = ast.fix_missing_locations(ast.Module([function], type_ignores=[]))
-    namespace: dict[str, Any] = {
-        "__builtins__": {}, "torch": torch, "math": math, "F": torch.nn.functional,
-        **problem.sizes, **constants, "_written_out": _written_out,
-    }  # fmt: skip
-    exec(compile(module, f"<oracle of {problem.label}>", "exec"), namespace)
-    return namespace["reference"], tuple(outputs)
-
-
-def _written_out(value: Any) -> Any:
-    """A tensor as a contiguous tensor of its own (a copy only when it is a strided view, as `.T` is).
-    Uses no builtins: Dynamo resolves them in the oracle's namespace, which has none (seen as
-    "KeyError: isinstance" after a graph break in `torch.bincount`)."""
-    return value.contiguous()
 
 
 class _Inputs:
@@ -167,18 +129,29 @@ def _outputs_agree(problem: Problem, names: tuple[str, ...], first: Any, second:
 
 
 def time_torch(request: TimeTorchRequest, stream: Any, l2_bytes: int, beat: Beat) -> TorchTimingResult:
-    from cuda_agent.sandbox.verify import BadRequest, _import_torch
+    from cuda_agent.sandbox.verify import TORCH_IMPORT_LIMIT_S, BadRequest
 
     problem = request.problem
     if not problem.oracle:
         raise BadRequest("the problem has no PyTorch oracle to time")
-    torch = _import_torch(beat)
+    missing = [a.name for a in problem.outputs if a.name not in problem.oracle]
+    if missing:  # torch would be timed doing less than the kernel does
+        raise BadRequest(f"the oracle gives no expression for {', '.join(missing)}: nothing to time")
+    import cupy
+
+    with beat.host_work(IMPORTING_TORCH, limit_s=TORCH_IMPORT_LIMIT_S):
+        torch = load_torch(cupy.cuda.Device().id)
     base_seed = secrets.randbits(31)
     constants, note = _scalars(problem, base_seed)
-    function, names = oracle_function(problem, constants, torch)
+    try:
+        function, names = oracle_function(problem, constants_of(problem, constants), torch)
+    except OracleError as exc:
+        raise BadRequest(str(exc)) from exc
     inputs = _Inputs(problem, stream, torch)
     flush = torch.empty(max(2 * l2_bytes, 32 << 20), dtype=torch.uint8, device="cuda")
-    notes = [f"{note}oracle timed as a function of {', '.join(a.name for a in inputs.arguments)}"]
+    notes = [
+        f"{note}oracle timed as a function of {', '.join(oracle_parameters(problem))}; {PRECISION_NOTE}"
+    ]
     try:
         return _time_both(request, function, names, inputs, flush, base_seed, notes, beat)
     finally:

@@ -11,12 +11,11 @@ failing input set; the failure carries the seed that replays it.
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import cupy
 from cuda_agent.sandbox.buffers import (
@@ -36,11 +35,33 @@ from cuda_agent.sandbox.checks import (
     poisoned_elements,
     unwritten_elements,
 )
+from cuda_agent.sandbox.oracle import (
+    PRECISION_NOTE,
+    OracleError,
+    constants_of,
+    load_torch,
+    oracle_function,
+    respelling_hint,
+)
 from cuda_agent.sandbox.plan import KernelUnderTest, LaunchPlan, Problem, Tolerance
-from cuda_agent.sandbox.protocol import VerifyRequest
+from cuda_agent.sandbox.protocol import IMPORTING_TORCH, VerifyRequest
 from cuda_agent.sandbox.reports import CheckFailure, VerificationReport
 
-Beat = Callable[..., None]  # beat(note, expect_silence_s=0.0): tell the caller the worker is alive
+TORCH_IMPORT_LIMIT_S = 120.0  # a fresh machine's first `import torch` and CUDA start (4.7 s on the H200)
+ORACLE_LIMIT_S = 60.0  # host work evaluating one oracle; beyond it the worker falls silent and is killed
+
+
+class Beat(Protocol):
+    """Tells the caller the worker is alive (sandbox/worker.py's _Beat; tests may pass their own)."""
+
+    def __call__(self, note: str = "", expect_silence_s: float = 0.0) -> None: ...
+
+    def host_work(self, note: str, limit_s: float) -> AbstractContextManager[None]:
+        """Host work that cannot hang on the GPU: announced, kept alive for at most `limit_s`, and ended
+        with a beat that takes the allowance back (a kernel launched next gets the plain timeout)."""
+        ...
+
+
 CHECKS = ("launch", "out_of_bounds", "input_modified", "unwritten", "nondeterministic", "mismatch")
 
 
@@ -115,23 +136,53 @@ class Oracle:
         return args.outputs()
 
 
-_torch: Any = None
-
-
-def _import_torch(beat: Beat) -> Any:
-    """torch is imported only when an oracle needs it: it costs seconds the worker's start should not pay."""
-    global _torch
-    if _torch is None:
-        # Host work that cannot hang on the GPU but takes seconds on a fresh machine: the import, then
-        # torch's own CUDA start-up on its first operation.
-        beat("importing torch for the oracle", expect_silence_s=60.0)
-        import torch
-
-        torch.cuda.set_device(cupy.cuda.Device().id)
-        torch.ones(1, device="cuda").add_(1)
-        torch.cuda.synchronize()
-        _torch = torch
-    return _torch
+def _torch_oracle(
+    problem: Problem, inputs: Inputs, stream: cupy.cuda.Stream, beat: Beat
+) -> dict[str, cupy.ndarray]:
+    """Evaluate the oracle function over zero-copy views of copies of the inputs (an in-place expression
+    cannot change the pristine set), in full precision, within ORACLE_LIMIT_S of host work."""
+    with beat.host_work(IMPORTING_TORCH, limit_s=TORCH_IMPORT_LIMIT_S):
+        torch = load_torch(cupy.cuda.Device().id)
+    stream.synchronize()  # torch runs on its own stream; the inputs must be complete first
+    scalars = {
+        a.name: scalar_value(a, inputs.scalars[a.name]) for a in problem.arguments if a.role == "scalar"
+    }
+    tensors = []
+    for argument in problem.arguments:
+        if argument.role not in ("input", "inout"):
+            continue
+        array = inputs.arrays[argument.name].copy()
+        if argument.dtype == "bfloat16":  # bit patterns travel as int16, which every DLPack reader takes
+            tensors.append(torch.from_dlpack(array.view(cupy.int16)).view(torch.bfloat16))
+        else:
+            tensors.append(torch.from_dlpack(array))
+    stream.synchronize()
+    try:
+        function, names = oracle_function(problem, constants_of(problem, scalars), torch)
+    except OracleError as exc:
+        raise BadRequest(str(exc)) from exc
+    by_name = {a.name: a for a in problem.arguments}
+    results = {}
+    # A first use of an operator loads its library (cuBLAS for `@`): seconds of host work, bounded.
+    with beat.host_work("evaluating the oracle", limit_s=ORACLE_LIMIT_S):
+        try:
+            values = function(*tensors)
+            for name, value in zip(names, values, strict=True):
+                argument = by_name[name]
+                tensor = torch.as_tensor(value, device="cuda").to(
+                    getattr(torch, _TORCH_DTYPES[argument.dtype])
+                )
+                if tensor.numel() == argument.numel:
+                    tensor = tensor.reshape(argument.shape)
+                tensor = torch.broadcast_to(tensor, argument.shape).contiguous()
+                if argument.dtype == "bfloat16":
+                    tensor = tensor.view(torch.int16)
+                results[name] = cupy.from_dlpack(tensor).view(_storage(argument.dtype))
+            torch.cuda.synchronize()
+        except Exception as exc:  # the user's expression: any error is theirs to fix
+            expressions = "; ".join(f"{n} = {problem.oracle[n]!r}" for n in names)  # type: ignore[index]
+            raise BadRequest(f"the oracle ({expressions}) failed: {exc!r}{respelling_hint(problem)}") from exc
+    return results
 
 
 _TORCH_DTYPES = {
@@ -139,49 +190,6 @@ _TORCH_DTYPES = {
     "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
 }  # fmt: skip
-
-
-def _torch_oracle(
-    problem: Problem, inputs: Inputs, stream: cupy.cuda.Stream, beat: Beat
-) -> dict[str, cupy.ndarray]:
-    """Evaluate the oracle expressions with torch over zero-copy views of copies of the inputs (an
-    in-place expression cannot change the pristine set). Namespace: torch, math, F, the arguments and
-    the sizes by name, and no builtins."""
-    torch = _import_torch(beat)
-    stream.synchronize()  # torch runs on its own stream; the inputs must be complete first
-    namespace: dict[str, Any] = {"torch": torch, "math": math, "F": torch.nn.functional, **problem.sizes}
-    for argument in problem.arguments:
-        if argument.role == "scalar":
-            namespace[argument.name] = scalar_value(argument, inputs.scalars[argument.name])
-        elif argument.name in inputs.arrays:
-            array = inputs.arrays[argument.name].copy()
-            if argument.dtype == "bfloat16":  # bit patterns travel as int16, which every DLPack reader takes
-                namespace[argument.name] = torch.from_dlpack(array.view(cupy.int16)).view(torch.bfloat16)
-            else:
-                namespace[argument.name] = torch.from_dlpack(array)
-    results = {}
-    # A first use of an operator loads its library (cuBLAS for `@`): seconds of host work.
-    beat("evaluating the oracle", expect_silence_s=30.0)
-    for argument in problem.outputs:
-        expression = (problem.oracle or {}).get(argument.name)
-        if expression is None:
-            continue
-        try:
-            value = eval(
-                compile(expression, f"<oracle {argument.name}>", "eval"), {"__builtins__": {}, **namespace}
-            )
-            dtype = getattr(torch, _TORCH_DTYPES[argument.dtype])
-            tensor = torch.as_tensor(value, device="cuda").to(dtype)
-            if tensor.numel() == argument.numel:
-                tensor = tensor.reshape(argument.shape)
-            tensor = torch.broadcast_to(tensor, argument.shape).contiguous()
-        except Exception as exc:  # the user's expression: any error is theirs to fix
-            raise BadRequest(f"oracle for {argument.name} ({expression!r}) failed: {exc!r}") from exc
-        if argument.dtype == "bfloat16":
-            tensor = tensor.view(torch.int16)
-        results[argument.name] = cupy.from_dlpack(tensor).view(_storage(argument.dtype))
-    torch.cuda.synchronize()
-    return results
 
 
 def _storage(dtype: str) -> Any:
@@ -312,6 +320,19 @@ def _validate(request: VerifyRequest) -> None:
                 )
 
 
+def _oracle_note(problem: Problem) -> str:
+    """Which outputs were checked against what, for the report."""
+    oracle = problem.oracle or {}
+    by_expression = [a.name for a in problem.outputs if a.name in oracle]
+    by_kernel = [a.name for a in problem.outputs if a.name not in oracle]
+    if not by_expression:
+        return "reference kernel as oracle"
+    note = f"PyTorch oracle ({PRECISION_NOTE})"
+    if by_kernel:
+        note += f" for {', '.join(by_expression)}, the reference kernel for {', '.join(by_kernel)}"
+    return note
+
+
 def verify(
     request: VerifyRequest, modules: KernelModules, stream: cupy.cuda.Stream, beat: Beat
 ) -> VerificationReport:
@@ -341,9 +362,7 @@ def verify(
             if failure is not None:
                 failures.append(replace(failure, problem=problem.label, seed=seed))
                 break
-    oracle_note = (
-        "PyTorch oracle" if any(p.oracle for p in request.problems) else "reference kernel as oracle"
-    )
+    oracle_note = _oracle_note(request.problems[0]) if request.problems else "no problems"
     poisons = f"0x{POISON_BYTES[0]:02X}/0x{POISON_BYTES[1]:02X}"
     notes = (
         f"{oracle_note}; base seed {base_seed} (replay with base_seed={base_seed}); each input set run "

@@ -2,7 +2,8 @@
 
 Started by `client.Sandbox` through multiprocessing's spawn context. At the top only the standard
 library and the plain data types are imported, so the caller can name `worker_main` without CuPy;
-CuPy comes in `worker_main`, torch only when an oracle needs it. Protocol: the worker sends
+CuPy comes in `worker_main`, torch when an oracle needs it (or, in a standby worker, in the background once
+the caller has seen an oracle need it: PrepareTorch). Protocol: the worker sends
 Heartbeat("ready") once it can take requests (or WorkerError(kind="no_gpu") and exits), then for each
 request any number of Heartbeats followed by one response. A sticky CUDA error (the context is gone)
 is answered with WorkerError(kind="cuda_error") and the process exits; the client starts another.
@@ -14,7 +15,8 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 from cuda_agent.sandbox.protocol import (
     DeviceInfoRequest,
     Heartbeat,
+    PrepareTorch,
     TimeRequest,
     TimeTorchRequest,
     VerifyRequest,
@@ -42,6 +45,7 @@ class _Beat:
         self.last = 0.0
         self._note = ""
         self._silence_until = 0.0  # a beat's expected silence: the thread's beats must not shorten it
+        self._host_work_until: float | None = None  # inside host_work(): the thread beats until then
         self._serving = False
         self._kernel_queued = kernel_queued
         self._lock = threading.Lock()  # the thread and the request loop share the connection
@@ -55,6 +59,24 @@ class _Beat:
             with self._lock:
                 self.conn.send(Heartbeat(note, expect_silence_s))
             self.last = now
+
+    @contextmanager
+    def host_work(self, note: str, limit_s: float) -> Iterator[None]:
+        """Host work that cannot hang on the GPU (importing torch, evaluating an oracle). The caller is told
+        to expect up to `limit_s` of silence, the thread's beats stop after `limit_s` (a runaway oracle is
+        then a timeout, not a worker that beats forever), and leaving takes the allowance back with a beat:
+        a kernel that hangs next is given the plain timeout, not this work's minute (a hung candidate
+        after an oracle once took 35 s to be called a timeout)."""
+        self(note, expect_silence_s=limit_s)
+        self._host_work_until = time.monotonic() + limit_s
+        try:
+            yield
+        finally:
+            self._host_work_until = None
+            self._silence_until = time.monotonic()
+            with self._lock:
+                self.conn.send(Heartbeat(f"{note}: done"))
+            self.last = time.monotonic()
 
     def request_started(self) -> None:
         with self._lock:
@@ -73,10 +95,16 @@ class _Beat:
             now = time.monotonic()
             if now - self.last < HOST_BEAT_S or self._kernel_queued():
                 continue
+            limit = self._host_work_until
+            if limit is not None and now > limit:
+                continue  # past its limit: silence, so the caller calls it a hang
             with self._lock:
                 if self._serving:
                     silence = max(0.0, self._silence_until - now)
-                    self.conn.send(Heartbeat(f"{self._note} (then host work)", silence))
+                    try:
+                        self.conn.send(Heartbeat(f"{self._note} (then host work)", silence))
+                    except (OSError, ValueError):
+                        return  # the caller is gone; the request loop finds out on its next send
                     self.last = now
 
 
@@ -168,11 +196,14 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
         kernel_queued,
     )
     from cuda_agent.sandbox.device import describe_device, measure_ceilings
+    from cuda_agent.sandbox.l2_cache import disable_persisting_l2
+    from cuda_agent.sandbox.oracle import load_torch
     from cuda_agent.sandbox.timing import time_kernels
     from cuda_agent.sandbox.verify import BadRequest, verify
 
     stream = cupy.cuda.Stream(non_blocking=True)  # our own: nothing else is ordered before our launches
     try:
+        disable_persisting_l2()
         _warm_up(stream)
     except Exception as exc:
         conn.send(WorkerError("no_gpu", f"GPU {gpu_index} failed its warm-up: {exc!r}"))
@@ -187,6 +218,9 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
             return  # the caller is gone
         if request is None:
             return
+        if isinstance(request, PrepareTorch):  # a notice: load it beside the request loop, answer nothing
+            threading.Thread(target=load_torch, args=(gpu_index,), name="torch-preload", daemon=True).start()
+            continue
         beat.request_started()
         modules = KernelModules()
         try:
@@ -200,6 +234,7 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
                 elif isinstance(request, TimeRequest):
                     if request.ceilings_bandwidth_gbs is None and device.ceilings is not None:
                         request = _with_ceilings(request, device.ceilings)
+                    disable_persisting_l2()  # nothing in flight now: lines a kernel marked turn normal
                     response = time_kernels(request, modules, stream, device.l2_bytes, beat)
                 elif isinstance(request, TimeTorchRequest):
                     from cuda_agent.sandbox.torch_timing import time_torch  # torch only when asked

@@ -146,6 +146,7 @@ class CudaAgentServer(LanguageServer):
             )
         self.settings = settings
         self.jobs.budget_s = settings.search_budget_s
+        self.jobs.sanitize = settings.sanitize
         self._configure_llm(settings)
         self.feedback.configure(self.workspace_path, settings.feedback)
         if settings.gpu_index != self.backend.gpu_index:

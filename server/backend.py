@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 from cuda_agent.agent.cache import ResultCache, result_key
+from cuda_agent.agent.candidates import OF_THE_REWRITE
 from cuda_agent.agent.engine import Engine, EngineSettings, Progress
 from cuda_agent.agent.llm.settings import LlmSettings
 from cuda_agent.agent.optimize import OptimizeOutcome, optimize
@@ -159,7 +160,7 @@ class Backend:
         engine = self._get_engine()
         problems: dict[tuple[object, ...], CompileProblem] = {}
         resources: dict[str, KernelResources] = {}
-        for target in [t for t in targets.targets if _compilable(t)][:MAX_KERNELS_PER_SAVE]:
+        for target in [t for t in targets.targets if t.compilable][:MAX_KERNELS_PER_SAVE]:
             if not still_current():
                 return FileCompile(tuple(problems.values()), resources, complete=False)
             try:
@@ -218,8 +219,11 @@ class Backend:
         proposers: tuple[str, ...] = (),
         on_interim: Callable[[OptimizeResult], None] | None = None,
         llm: LlmSettings | None = None,
+        sanitize: bool = False,
     ) -> OptimizeResult | None:
         """Optimize one kernel on the engine thread; None when the text changed before it finished.
+        With `sanitize`, every rewrite is checked under compute-sanitizer before it is published, the best
+        so far included (a rejected one gives way to the next best: agent/sanitizer_gate.py).
 
         `still_current` is read on the engine thread after every candidate (a plain version comparison),
         so an edit stops the search within one candidate. `on_progress`, and `on_interim` with the best
@@ -249,10 +253,12 @@ class Backend:
             try:
                 outcome = optimize(
                     engine, target, proposers or None, on_progress=progress, budget_s=budget_s,
-                    on_best=interim, llm=llm,
+                    on_best=interim, llm=llm, sanitize=sanitize,
                 )  # fmt: skip
             except JobCancelled:
                 return None
+            for rejected in (r for r in outcome.results if r.sanitizer_rejected):
+                logger.info("%s: %s", rejected.candidate.description, rejected.reason)
             return _result(uri, version, outcome, gpu_name)
 
         return await self._run(work)
@@ -313,6 +319,7 @@ def _result(uri: str, version: int, outcome: OptimizeOutcome, gpu: str) -> Optim
             decision=c.decision,
             flags=best.candidate.flags,
             ratio_ci=c.ratio_ci,
+            sanitizer=best.sanitizer.summary(OF_THE_REWRITE) if best.sanitizer is not None else "",
         )
     verification = best.verification if best is not None else baseline.verification
     rows = tuple(
@@ -336,12 +343,3 @@ def _result(uri: str, version: int, outcome: OptimizeOutcome, gpu: str) -> Optim
         llm=outcome.llm.summary() if outcome.llm is not None else "",
         transcript=outcome.llm.transcript() if outcome.llm is not None else (),
     )
-
-
-def _compilable(target: KernelTarget) -> bool:
-    """A kernel NVRTC can be asked for by name: a template only through its spec's `instantiate`."""
-    if not target.kernel.name:
-        return False
-    if target.kernel.template_parameters:
-        return bool(target.spec and target.spec.instantiate)
-    return True

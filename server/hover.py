@@ -126,6 +126,8 @@ def timing_rows(result: OptimizeResult) -> list[str]:
         if timed is not None and original is not None:
             rows.append(_timing_row(label, timed, f"{original.median_ms / timed.median_ms:.2f}×"))
     rows += ["", _cell(rewrite.decision if rewrite else result.explanation), ""]
+    if rewrite is not None and rewrite.sanitizer:
+        rows += [_cell(rewrite.sanitizer), ""]
     if rewrite is not None and result.torch_compile is not None:
         ratio = result.torch_compile.median_ms / rewrite.best.median_ms
         verdict = "faster than" if ratio >= 1 else "slower than"

@@ -74,6 +74,7 @@ class OptimizationJobs:
         self.budget_s = budget_s
         self.proposers: tuple[str, ...] = ()  # () = all offline proposers; "llm" runs the LLM after them
         self.llm: LlmSettings | None = None  # the LLM proposer's settings, when it runs
+        self.sanitize = True  # a rewrite checked under compute-sanitizer before it is shown (the setting)
         self._jobs: dict[tuple[str, str], Job] = {}
         self._tokens = itertools.count(1)
         self._sequence = itertools.count()
@@ -208,7 +209,7 @@ class OptimizationJobs:
         try:
             result = await host.backend.optimize(
                 uri, version, target, still_current, on_progress, self.budget_s, self.proposers, on_interim,
-                self.llm,
+                self.llm, sanitize=self.sanitize,
             )  # fmt: skip
         finally:
             if progress is not None:

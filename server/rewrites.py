@@ -48,6 +48,9 @@ class Rewrite:
     decision: str  # how "faster" was decided, for a person
     flags: tuple[str, ...] = ()
     ratio_ci: tuple[float, float] | None = None  # bootstrap 95% interval of the best/original time ratio
+    # compute-sanitizer's verdict in a line: "checked by compute-sanitizer, no findings: memcheck 1.2 s ...",
+    # or "not checked by compute-sanitizer: not found"; "" where the check is off (cudaAgent.sanitize)
+    sanitizer: str = ""
 
 
 @dataclass(frozen=True)

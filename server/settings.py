@@ -46,6 +46,7 @@ class ServerSettings:
     search_budget_s: float = 120.0  # wall time of one kernel's search
     proposers: tuple[str, ...] = ()  # () = every offline proposer
     feedback: bool = True  # log shown/accepted/rejected suggestions for training
+    sanitize: bool = True  # check a rewrite under compute-sanitizer before it is shown
     llm: LlmSettings = field(default_factory=default_llm)
 
     @property
@@ -116,6 +117,7 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "searchBudgetSeconds": ("search_budget_s", _seconds(MAX_BUDGET_S)),
     "proposers": ("proposers", _proposers),
     "feedback": ("feedback", _flag),
+    "sanitize": ("sanitize", _flag),
 }
 # Keys a client may send that are not settings of the server (read elsewhere, or by the extension).
 _NOT_OURS = frozenset({"token", "interpreter", "server"})

@@ -2,8 +2,9 @@
 reason its header names, every legitimate rewrite passes, and the caller survives hangs and crashes.
 
 Each .cu file starts with `// expect: <what>`: a check name (or several, `a|b`), `pass`, `compile` (must
-not compile), `timeout` / `cuda_error` (a WorkerError, then a fresh worker serves the next request), or
-`timed_mismatch` (verification cannot see it; the checked outputs of timed runs must).
+not compile), `timeout` / `cuda_error` (a WorkerError, then a fresh worker serves the next request),
+`timed_mismatch` (verification cannot see it; the checked outputs of timed runs must), or `no_gain` (a
+correct kernel whose trick targets the timer: it must pass and not be measured faster than the original).
 Problems and launch plans are built here by hand: no spec parser involved.
 """
 
@@ -176,17 +177,19 @@ def test_adversarial_kernel(path: Path, sandbox: Sandbox) -> None:
     verdict = report.failures[0] if report.failures else None
     shown = f"{verdict.check}: {verdict.message[:90]}" if verdict else f"passed in {report.seconds:.2f} s"
     record(f"{path.stem:30s} expect {expect:26s} -> {shown}")
-    if expect in ("pass", "timed_mismatch"):
+    if expect in ("pass", "timed_mismatch", "no_gain"):
         # A launch counter stays under its threshold during verification's 30 launches: only the checked
         # outputs of the timed runs can see it.
         assert report.passed, report.failures
         timed = timed_comparison(sandbox, reference, candidate, problems[0])
         caught = [f for f in timed.failures if f.kernel == candidate.label]
-        if expect == "pass":
+        if expect in ("pass", "no_gain"):
             assert not timed.failures, timed.failures
             assert timed.comparison is not None
             comparison = timed.comparison
             record(f"{'':30s} timed: speedup {comparison.speedup:.3f} ({comparison.decision[-40:]})")
+            if expect == "no_gain":
+                assert not comparison.faster and comparison.speedup < 1.03, comparison.decision
         else:
             shown = f"{caught[0].check}: {caught[0].message[:90]}" if caught else "NOT CAUGHT"
             record(f"{'':30s} timed -> {shown}")

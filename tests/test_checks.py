@@ -15,6 +15,8 @@ from cuda_agent.sandbox.checks import (
     compare_output,
     float32_to_bfloat16_bits,
     poisoned_elements,
+    timed_runs_to_replay,
+    unexplained_poison,
     unwritten_elements,
 )
 from cuda_agent.sandbox.plan import Tolerance
@@ -144,6 +146,64 @@ def test_unwritten_ignores_what_the_reference_never_wrote_and_passes_full_writes
     assert unwritten_elements(first, second, 0xFF, 0xA5, ignore=np.array([0, 0, 1, 1], bool)) is None
     full = np.ones(4, np.float32)
     assert unwritten_elements(full, full.copy(), 0xFF, 0xA5) is None
+
+
+# Outputs whose correct values hit a poison pattern by chance, as half-precision and byte outputs do: 0xA5A5
+# is the fp16 value -0.02205, 0xA5 the byte 165.
+COLLIDING = {
+    "float16": np.array([0x3800, 0xA5A5, 0x3C00, 0xA5A5, 0x4200, 0xA5A5, 0x3400, 0x4800], np.uint16).view(
+        np.float16
+    ),
+    "uint8": np.array([165, 3, 165, 165, 0, 255, 165, 7], np.uint8),
+    "int8": np.array([-91, 3, -91, 5, -91, 0, 1, -91], np.int8),  # -91 is 0xA5
+    "bfloat16": float32_to_bfloat16_bits(np.array([1.0, -2.86e-16, 3.0, -2.86e-16], np.float32)),
+}
+
+
+@pytest.mark.parametrize("dtype", sorted(COLLIDING))
+def test_values_equal_to_a_poison_are_not_unwritten_in_any_dtype(dtype: str) -> None:
+    correct = COLLIDING[dtype]
+    assert poisoned_elements(correct, 0xA5).sum() >= 2  # the collision is real
+    # Written everywhere, in both runs (poisoned 0xFF then 0xA5): the equal values are not "unwritten".
+    assert unwritten_elements(correct.copy(), correct.copy(), 0xFF, 0xA5) is None
+    assert unwritten_elements(correct.copy(), correct.copy(), 0xA5, 0xFF) is None
+    # One element really skipped in both runs: exactly that one is reported.
+    first, second = correct.copy(), correct.copy()
+    first.view(np.uint8).reshape(len(correct), -1)[1] = 0xFF
+    second.view(np.uint8).reshape(len(correct), -1)[1] = 0xA5
+    failure = unwritten_elements(first, second, 0xFF, 0xA5)
+    assert failure is not None and failure.bad_elements == 1 and failure.first_bad_index == (1,)
+
+
+def timed_count(output: np.ndarray, poison: int) -> int:
+    return int(poisoned_elements(output, poison).sum())
+
+
+@pytest.mark.parametrize("dtype", sorted(COLLIDING))
+def test_a_timed_run_is_judged_against_the_kernels_own_collisions(dtype: str) -> None:
+    correct = COLLIDING[dtype]
+    natural = timed_count(correct, 0xA5)
+    # The timed run wrote everything: its poisoned count is its natural collisions, replayed twice with
+    # the other poison the kernel computes the same values: nothing unexplained.
+    assert unexplained_poison(timed_count(correct, 0xA5), (natural, natural)) <= 0
+    # A run that skipped two elements (left at the run's poison) shows two unexplained elements.
+    skipped = correct.copy()
+    rows = skipped.view(np.uint8).reshape(len(correct), -1)
+    rows[np.flatnonzero(~poisoned_elements(correct, 0xA5))[:2]] = 0xA5
+    assert unexplained_poison(timed_count(skipped, 0xA5), (natural, natural)) == 2
+
+
+def test_float_atomics_rounding_differently_give_a_margin_not_a_failure() -> None:
+    # Two replays disagree by one element (an atomic sum rounding to the poison in one of them).
+    assert unexplained_poison(101, (100, 101)) <= 0
+    assert unexplained_poison(110, (100, 101)) == 8
+
+
+def test_the_runs_replayed_are_the_most_poisoned_of_each_poison_byte() -> None:
+    # Even runs were poisoned 0xFF (rarely hit by chance), odd runs 0xA5 (hit thousands of times).
+    counts = [0, 4100, 0, 4080, 7, 4150, 0, 9000, 0, 4120]
+    assert timed_runs_to_replay(counts) == [4, 5, 7]
+    assert timed_runs_to_replay([0, 0, 0]) == []
 
 
 def test_poisoned_elements_per_element_bytes() -> None:

@@ -68,6 +68,34 @@ def test_compile_error_is_reported_on_its_line(tmp_path: Path) -> None:
     assert "xx" in result.stdout
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@needs_no_gpu
+def test_a_kernel_with_a_syntax_error_and_no_spec_shows_the_compilers_error(tmp_path: Path) -> None:
+    """Compiling needs no spec: `check` said only "no spec: the kernel has syntax errors" before."""
+    bad = tmp_path / "broken.cu"
+    bad.write_text("__global__ void broken(float* p, int n) {\n  int i = threadIdx.x\n  p[i] = 1.0f;\n}\n")
+    result = run("check", str(bad), cache=tmp_path)
+    assert "broken: not checked: no spec" in result.stdout
+    assert "broken.cu:3:3: error:" in result.stdout, result.stdout  # the missing ';' before line 3
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+
+
+@needs_no_gpu
+def test_a_file_where_no_kernel_could_be_checked_exits_non_zero(tmp_path: Path) -> None:
+    """A kernel no spec could be inferred for compiles fine, but nothing was checked: scripts must see it."""
+    odd = tmp_path / "odd.cu"
+    odd.write_text(
+        "__global__ void scatter(const float* src, const int* idx, float* dst, float alpha, double beta) {\n"
+        "  dst[idx[threadIdx.x]] = alpha * src[threadIdx.x] + (float)beta;\n}\n"
+    )
+    result = run("check", str(odd), cache=tmp_path)
+    assert "scatter: not checked: no spec" in result.stdout
+    assert "compile nvrtc" in result.stdout  # it was compiled all the same
+    assert "no kernel could be checked" in " ".join(result.stderr.split())
+    assert result.returncode == 1
+
+
 def test_missing_file_is_one_clear_line(tmp_path: Path) -> None:
     result = run("check", str(tmp_path / "nope.cu"), cache=tmp_path)
     assert result.returncode == 2

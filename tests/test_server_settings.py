@@ -47,7 +47,7 @@ def test_settings_are_read_field_by_field_and_bad_values_keep_the_previous_one()
         "cudaAgent.gpuIndex: expected a GPU index (0, 1, …), got -1; keeping 0",
         "cudaAgent.feedback: expected true or false, got 'yes'; keeping True",
         "cudaAgent.colour: not a setting (settings: trigger, idleSeconds, gpuIndex, searchBudgetSeconds, "
-        "proposers, feedback)",
+        "proposers, feedback, sanitize)",
     ]
     _, problems = read_settings({"proposers": ["warp-magic"]}, settings)
     assert problems[0].startswith("cudaAgent.proposers: unknown proposer 'warp-magic' (known: ")
@@ -55,6 +55,16 @@ def test_settings_are_read_field_by_field_and_bad_values_keep_the_previous_one()
         settings,
         ["cudaAgent: expected an object of settings, got str"],
     )
+
+
+def test_the_sanitizer_setting_is_on_by_default_and_read_as_a_flag() -> None:
+    assert ServerSettings().sanitize is True
+    off, problems = read_settings({"sanitize": False}, ServerSettings())
+    assert off.sanitize is False and problems == []
+    kept, problems = read_settings({"sanitize": "no"}, off)
+    assert kept.sanitize is False
+    assert problems == ["cudaAgent.sanitize: expected true or false, got 'no'; keeping False"]
+    assert read_settings({"sanitize": None}, off)[0].sanitize is False  # VS Code's unset keeps the value
 
 
 # -- end to end ----------------------------------------------------------------------------------------

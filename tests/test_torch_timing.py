@@ -7,9 +7,9 @@ import types
 
 import numpy as np
 import pytest
+from cuda_agent.sandbox.oracle import OracleError, oracle_function
 from cuda_agent.sandbox.plan import ArgumentPlan, Distribution, Problem, Tolerance
 from cuda_agent.sandbox.protocol import TimeTorchRequest, TorchTimingResult
-from cuda_agent.sandbox.torch_timing import oracle_function
 
 N = 1 << 20
 
@@ -44,12 +44,11 @@ def test_oracle_function_takes_the_tensors_and_returns_the_outputs_in_order() ->
     np.testing.assert_array_equal(result, 2.0 * x + y)
 
 
-def test_oracle_function_has_no_builtins_and_needs_an_oracle() -> None:
+def test_oracle_function_refuses_names_it_was_not_given_and_needs_an_oracle() -> None:
     problem = saxpy_problem(4)
-    sneaky = Problem(problem.label, problem.sizes, problem.arguments, problem.tolerances, {"y": "len(x)"})
-    function, _ = oracle_function(sneaky, {}, FAKE_TORCH)
-    with pytest.raises(NameError):
-        function(np.zeros(4).view(Array), np.zeros(4).view(Array))
+    sneaky = Problem(problem.label, problem.sizes, problem.arguments, problem.tolerances, {"y": "open(x)"})
+    with pytest.raises(OracleError, match="unknown name 'open'"):
+        oracle_function(sneaky, {}, FAKE_TORCH)
     empty = Problem(problem.label, problem.sizes, problem.arguments, problem.tolerances, None)
     with pytest.raises(ValueError, match="no PyTorch oracle"):
         oracle_function(empty, {}, FAKE_TORCH)

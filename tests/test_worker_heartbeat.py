@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
@@ -47,3 +48,31 @@ def test_host_work_beats_keep_an_announced_silence() -> None:
     assert first.expect_silence_s == 60.0  # type: ignore[attr-defined]
     # The caller's deadline is reset by each beat: the thread's must not cut the announced minute short.
     assert isinstance(host, Heartbeat) and 55.0 < host.expect_silence_s < 60.0
+
+
+def test_host_work_takes_its_allowance_back_when_it_ends() -> None:
+    """A hung candidate right after an oracle once waited out the oracle's 30 s allowance (35.7 s to its
+    verdict): leaving host work must tell the caller that the plain timeout applies again."""
+    caller, worker = Pipe()
+    beat = _Beat(worker, lambda: False)
+    beat.request_started()
+    with beat.host_work("evaluating the oracle", limit_s=60.0):
+        (start,) = heard(caller, 0.1)
+        assert isinstance(start, Heartbeat) and start.expect_silence_s == 60.0
+    (end,) = heard(caller, 0.1)
+    assert isinstance(end, Heartbeat) and end.expect_silence_s == 0.0 and end.note.endswith("done")
+    # A kernel is queued next and hangs: no beat carries the old allowance.
+    queued_silence = [m for m in heard(caller, 2.5 * HOST_BEAT_S) if getattr(m, "expect_silence_s", 0)]
+    assert queued_silence == []
+
+
+def test_host_work_past_its_limit_falls_silent() -> None:
+    """An oracle that never finishes must not be kept alive by the host-work heartbeat for ever."""
+    caller, worker = Pipe()
+    beat = _Beat(worker, lambda: False)
+    beat.request_started()
+    with beat.host_work("evaluating the oracle", limit_s=1.5 * HOST_BEAT_S):
+        heard(caller, 0.1)
+        time.sleep(1.6 * HOST_BEAT_S)
+        assert len(heard(caller, 0.0)) <= 1  # at most the one beat inside the limit
+        assert heard(caller, 2.5 * HOST_BEAT_S) == []  # then silence: the caller will call it a hang
