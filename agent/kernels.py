@@ -608,6 +608,18 @@ def find_launch_sites(source: str, tree: Tree | None = None) -> list[LaunchSite]
     ]
 
 
+def launch_calls(root: Node, data: bytes) -> Iterator[tuple[str, Node]]:
+    """(the launched kernel's name without namespace or template arguments, its call_expression) for every
+    `<<<...>>>` launch: what find_launch_sites reads, without building its spans and texts."""
+    if b"<<<" not in data:
+        return
+    for token in _tokens(root, data, "<<<"):
+        call = _launch_call(token)
+        function = call.child_by_field_name("function") if call is not None else None
+        if call is not None and function is not None:
+            yield _called_kernel(function, data)[0].split("::")[-1], call
+
+
 def _launch_call(opening: Node) -> Node | None:
     """The call_expression a `<<<` token opens the configuration of, if it does."""
     config = opening.parent

@@ -258,7 +258,7 @@ def _reloaded(original: KernelTarget, candidate: Candidate) -> KernelTarget | No
     without a written spec keeps the original's (inferred) spec rather than re-inferring one from the
     rewritten kernel, which may read differently."""
     name = candidate.kernel_name or original.kernel.name
-    reloaded = load_targets(original.path, candidate.source).find(name)
+    reloaded = load_targets(original.path, candidate.source, infer=False).find(name)
     if reloaded is None or original.spec is None:
         return None
     if reloaded.spec is None and not original.spec.inferred:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cuda_agent.agent.kernels import EarlierRead, Kernel, find_kernels
@@ -19,6 +20,7 @@ from cuda_agent.agent.spec import (
     resolve,
 )
 from cuda_agent.agent.spec.expressions import referenced_names
+from cuda_agent.agent.spec.program import ProgramHost, ProgramPoint, read_program_points, spec_from_points
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
 from tree_sitter import Tree
 
@@ -52,6 +54,8 @@ class FileTargets:
     source: str
     targets: tuple[KernelTarget, ...]
     spec_errors: tuple[SpecError, ...]
+    # What the host code said, for the next edit's load_targets (earlier_host): kept when it cannot change.
+    host_facts: HostFacts | None = field(default=None, compare=False, repr=False)
 
     def find(self, name: str | None) -> KernelTarget | None:
         if name is None:
@@ -59,21 +63,158 @@ class FileTargets:
         return next((t for t in self.targets if t.kernel.name == name), None)
 
 
-# Inference reads only the kernel's own text, so its answer is kept per definition text: the language
-# server re-analyses a file on every edit, and a 5,000-line file re-inferred every kernel (~0.3 s).
-_INFERRED: BoundedMemo[bytes, tuple[KernelSpec | None, str]] = BoundedMemo()
+# Inference from the signature reads only the kernel's own text (and the file's type aliases), so its
+# answer is kept per definition text: the language server re-analyses a file on every edit, and a
+# 5,000-line file re-inferred every kernel (~0.3 s). Inference from the program reads the host code too:
+# it is kept per kernel text and the digest of what it reads (the file-level declarations, the functions
+# launching the kernel and their callers), so an edit re-infers only the kernels it can change. Those
+# digests depend only on the file without its kernels, and are kept per that text: an edit inside a kernel
+# (the common case) finds them there without looking at the launches again.
+_INFERRED: BoundedMemo[tuple[object, ...], tuple[KernelSpec | None, str]] = BoundedMemo()
+_POINTS: BoundedMemo[tuple[bytes, bytes], tuple[tuple[ProgramPoint, ...], str]] = BoundedMemo()
+_HOST_FACTS: BoundedMemo[bytes, HostFacts] = BoundedMemo(64)
+_DECLARATIONS = frozenset(
+    {"preproc_def", "preproc_function_def", "declaration", "type_definition", "alias_declaration",
+     "namespace_definition", "linkage_specification", "preproc_if", "preproc_ifdef", "preproc_else",
+     "preproc_elif", "preproc_include", "ERROR"}
+)  # fmt: skip
 
 
-def _inferred(kernel: Kernel, text: str, data: bytes, tree: Tree) -> tuple[KernelSpec | None, str]:
-    key = data[kernel.start_byte : kernel.end_byte]
-    return _INFERRED.get_or_make(key, lambda: infer_spec(kernel, text, tree))
+@dataclass(frozen=True)
+class HostFacts:
+    """What the file's host side says for inference, and where it says it: per launched kernel the digest of
+    what inference from the program reads, the type aliases, and the byte ranges of those reads."""
+
+    dependencies: dict[str, bytes]
+    typedefs: dict[str, str]
+    relevant: tuple[tuple[int, int], ...]
+    launchers: frozenset[str]  # host functions that launch kernels
+    launch_count: int  # `<<<` in the file
+
+    def after(self, earlier: EarlierRead, data: bytes, tree: Tree) -> HostFacts | None:
+        """These facts for the text after `earlier`'s edit, if the edit cannot have changed them (typing in
+        a comment, in a kernel, in a host function that launches nothing and calls no launcher)."""
+        edit = earlier.edit
+        if data.count(b"<<<") != self.launch_count:
+            return None
+        if any(start < edit.old_end and edit.start < end for start, end in self.relevant):
+            return None
+        if edit.lines_by and any(start >= edit.start for start, _ in self.relevant):
+            return None  # lines moved under what the inferred specs cite by line
+        delta = edit.new_end - edit.old_end
+        for start, end in (*earlier.changed, (edit.start, edit.new_end)):
+            node = tree.root_node.descendant_for_byte_range(start, max(start, end - 1))
+            while node is not None and node.parent is not None and node.parent.type != "translation_unit":
+                node = node.parent
+            if node is None or node.type == "translation_unit":
+                return None  # the whole file changed shape
+            if node.type in _DECLARATIONS:
+                return None
+            text = data[node.start_byte : node.end_byte]
+            if any(name.encode() in text for name in self.launchers):
+                return None  # a new call of a launcher: a new calling context
+        shifted = tuple((s, e) if e <= edit.start else (s + delta, e + delta) for s, e in self.relevant)
+        return replace(self, relevant=shifted)
+
+
+class _Host:
+    """The file's host side, read only as far as kernels without a spec need it."""
+
+    def __init__(
+        self, text: str, data: bytes, tree: Tree, kernels: Sequence[Kernel], earlier: EarlierRead | None,
+        previous: HostFacts | None,
+    ) -> None:  # fmt: skip
+        self.text, self.data, self.tree = text, data, tree
+        self._program: ProgramHost | None = None
+        reused = previous.after(earlier, data, tree) if previous is not None and earlier is not None else None
+        if reused is not None:
+            self.facts = reused
+            return
+        pieces, position = [], 0
+        for kernel in sorted(kernels, key=lambda k: k.start_byte):
+            pieces.append(data[position : kernel.start_byte])
+            # Its line count stays: the host code's lines, which the inferred specs cite, move with it.
+            pieces.append(str(data.count(b"\n", kernel.start_byte, kernel.end_byte)).encode())
+            position = max(position, kernel.end_byte)
+        pieces.append(data[position:])
+        digest = hashlib.blake2b(b"\0".join(pieces), digest_size=16).digest()
+        facts = _HOST_FACTS.get_or_make(digest, self._facts)
+        # Kept per host text, whose positions move with every edit above: the ranges must be this text's.
+        self.facts = facts if self._program is not None else replace(facts, relevant=self._program_ranges())
+
+    def _facts(self) -> HostFacts:
+        program = self.program()
+        dependencies = {name: program.dependencies(name) for name in program.launched}
+        return HostFacts(
+            dependencies, program.typedefs, tuple(program.relevant), program.launchers,
+            self.data.count(b"<<<"),
+        )  # fmt: skip
+
+    def _program_ranges(self) -> tuple[tuple[int, int], ...]:
+        program = self.program()
+        for name in program.launched:
+            program.dependencies(name)
+        return tuple(program.relevant)
+
+    @property
+    def dependencies(self) -> dict[str, bytes]:
+        return self.facts.dependencies
+
+    @property
+    def typedefs(self) -> dict[str, str]:
+        return self.facts.typedefs
+
+    def program(self) -> ProgramHost:
+        if self._program is None:
+            self._program = ProgramHost(self.tree, self.data)
+        return self._program
+
+
+def _inferred(
+    kernel: Kernel, text: str, data: bytes, tree: Tree, host: _Host
+) -> tuple[KernelSpec | None, str]:
+    own = data[kernel.start_byte : kernel.end_byte]
+    typedefs = host.typedefs
+    dependencies = host.dependencies.get(kernel.name)
+    if dependencies is None:
+        aliases = tuple(sorted(typedefs.items()))
+        return _INFERRED.get_or_make(
+            ("signature", own, aliases), lambda: infer_spec(kernel, text, tree, typedefs)
+        )
+
+    def from_program() -> tuple[KernelSpec | None, str]:
+        # What the launches say depends on the signature and the host code, not the body: an edit inside
+        # the body finds it kept and only reads the body again (roles).
+        signature = data[kernel.start_byte : kernel.body_span.start_byte]
+        points, why = _POINTS.get_or_make(
+            (signature, dependencies), lambda: read_program_points(kernel, host.program())
+        )
+        spec = None
+        if points:
+            spec, why = spec_from_points(kernel, tree, points, typedefs)
+        if spec is not None:
+            return spec, spec.inference_note
+        signature_spec, note = infer_spec(kernel, text, tree, typedefs)
+        if signature_spec is None:
+            return None, f"{note}; and from the program: {why}"
+        note = f"{note} (not from the program: {why})"
+        return replace(signature_spec, inference_note=note), note
+
+    return _INFERRED.get_or_make(("program", own, dependencies), from_program)
 
 
 def load_targets(
-    path: Path, source: str | None = None, tree: Tree | None = None, earlier: EarlierRead | None = None
+    path: Path,
+    source: str | None = None,
+    tree: Tree | None = None,
+    earlier: EarlierRead | None = None,
+    earlier_host: HostFacts | None = None,
+    infer: bool = True,
 ) -> FileTargets:
     """The file's kernels with their specs. `tree`: the source's parse when the caller has one (the
-    language server reparses incrementally after an edit); `earlier`: the kernels before that edit."""
+    language server reparses incrementally after an edit); `earlier`: the kernels before that edit, and
+    `earlier_host` what that text's host code said. `infer=False`: written specs only (a caller re-reading a
+    candidate keeps the original's inferred spec, and need not pay for reading the host code again)."""
     text = path.read_text(encoding="utf-8", errors="replace") if source is None else source
     tree = tree or parse_cuda(text)  # once: inference reads every kernel from it (a parse each was quadratic)
     data = text.encode("utf-8")
@@ -81,18 +222,22 @@ def load_targets(
     specs, errors = parse_specs(text, kernels, tree)
     failed = {e.kernel for e in errors if e.kernel}
     targets = []
+    host: _Host | None = None  # read once, when a kernel needs inferring
     for kernel in kernels:
         spec = specs.get(kernel.name)
         note = ""
         if spec is None and kernel.name in failed:
             note = "its spec has errors (see above)"
+        elif spec is None and not infer:
+            note = "no spec written (not inferred here)"
         elif spec is None:
-            spec, reason = _inferred(kernel, text, data, tree)
+            host = host or _Host(text, data, tree, kernels, earlier, earlier_host)
+            spec, reason = _inferred(kernel, text, data, tree, host)
             note = (
                 spec.inference_note if spec else f"no spec: {reason}; add a /* cuda-agent ... */ spec comment"
             )
         targets.append(KernelTarget(path, text, kernel, spec, note))
-    return FileTargets(path, text, tuple(targets), tuple(errors))
+    return FileTargets(path, text, tuple(targets), tuple(errors), host.facts if host else earlier_host)
 
 
 # The second automatic point keeps at most this power of two of each size: multiples of 4 (vector loads),

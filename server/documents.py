@@ -16,7 +16,7 @@ from typing import Any
 
 from cuda_agent.agent.kernels import EarlierRead, Kernel
 from cuda_agent.agent.parsing import parse_cuda, reparse
-from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
+from cuda_agent.agent.targets import FileTargets, HostFacts, KernelTarget, load_targets
 from cuda_agent.server.backend import FileCompile, KernelResources
 from cuda_agent.server.positions import split_lines
 from cuda_agent.server.rewrites import OptimizeResult
@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 
 
 # A text, its tree-sitter tree and its kernels, for the next edit's incremental reparse and reading.
-Parsed = tuple[bytes, Tree, tuple[Kernel, ...]] | None
+# The last analysed text, its tree, its kernels and what its host code said (for the next edit).
+Parsed = tuple[bytes, Tree, tuple[Kernel, ...], HostFacts | None] | None
 
 
 @dataclass(frozen=True)
@@ -87,20 +88,21 @@ def analyse(path: Path, text: str, version: int, previous: Parsed | None = None)
     reparse from `previous`). Never raises: whatever the text, the server answers."""
     data = text.encode("utf-8")
     try:
-        earlier = None
+        earlier, earlier_host = None, None
         if previous is not None:
             # As one edit of the previous text: tree-sitter reparses only around it (~1 ms on 5,000
             # lines, not ~30), and says which kernels' syntax changed.
             edited = reparse(previous[0], previous[1], data)
             tree, earlier = edited.tree, EarlierRead(previous[2], edited.edit, edited.changed)
+            earlier_host = previous[3]
         else:
             tree = parse_cuda(data)
-        targets = load_targets(path, text, tree, earlier)
+        targets = load_targets(path, text, tree, earlier, earlier_host)
     except Exception:  # tree-sitter and the spec parser are robust, but a crash here would be the server's
         logger.exception("analysing %s failed", path)
         return Analysis(version, FileTargets(path, text, (), ()), split_lines(text)), None
     kernels = tuple(t.kernel for t in targets.targets)
-    return Analysis(version, targets, split_lines(text)), (data, tree, kernels)
+    return Analysis(version, targets, split_lines(text)), (data, tree, kernels, targets.host_facts)
 
 
 def uri_path(uri: str) -> Path:

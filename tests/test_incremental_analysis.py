@@ -27,6 +27,8 @@ def fresh(text: str, version: int) -> Analysis:
     reference the incremental, cached path must equal."""
     kernels._KNOWN.clear()
     targets._INFERRED.clear()
+    targets._HOST_FACTS.clear()
+    targets._POINTS.clear()
     parse._PARSED.clear()
     parsing._RECENT.clear()
     return analyse(PATH, text, version)[0]
@@ -61,6 +63,38 @@ def test_incremental_reparse_gives_the_fresh_analysis(edits: list[tuple[int, int
         assert analysis.targets == reference.targets  # spec errors included, with their lines
         assert spec_positions(analysis) == spec_positions(reference)
         assert analysis.lines == reference.lines
+
+
+# A program: kernels launched from host code whose values the inferred specs read (launchers called from
+# main, #defines, dim3), and edits that touch it where typing goes: a launcher, main, a #define, a comment.
+PROGRAM = (ROOT / "tests" / "programs" / "rmsnorm_rows.cu").read_text() + (
+    ROOT / "tests" / "programs" / "saxpy_stream.cu"
+).read_text().replace("int main(", "int main_saxpy(")
+HOST_SNIPPETS = ["", "x", "\n", "}", "2", "0", "(", "int n = 5;\n", "#define N 3\n", "dim3 b(64);",
+                 "<<<", "// c\n", "/*", "*/", "launch_rmsnorm(", " * 2", "const int rows = 7;\n"]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(0, len(PROGRAM)), st.integers(0, 30), st.sampled_from(HOST_SNIPPETS)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_specs_inferred_from_the_host_code_follow_every_edit(edits: list[tuple[int, int, str]]) -> None:
+    """What the host code says is kept between edits that cannot change it; kept or not, the specs are the
+    fresh analysis's."""
+    text = PROGRAM
+    analysis, parsed = analyse(PATH, text, 1)
+    assert any("launch in" in t.note for t in analysis.targets.targets)  # the program is followed
+    for version, (start, length, inserted) in enumerate(edits, 2):
+        start = min(start, len(text))
+        text = text[:start] + inserted + text[start + length :]
+        analysis, parsed = analyse(PATH, text, version, parsed)
+        reference = fresh(text, version)
+        assert analysis.targets == reference.targets
+        assert [t.note for t in analysis.targets.targets] == [t.note for t in reference.targets.targets]
 
 
 def test_an_edit_on_a_kernels_first_line_moves_its_columns() -> None:

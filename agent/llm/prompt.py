@@ -191,7 +191,9 @@ def offline_text(baseline: Baseline, prior: Sequence[CandidateResult]) -> str:
         f"{launch_text(launch)}"
         + (f" and flags {list(best.candidate.flags)}" if best.candidate.flags else "")
     )
-    rewritten = load_targets(baseline.target.path, best.candidate.source).find(baseline.target.kernel.name)
+    rewritten = load_targets(baseline.target.path, best.candidate.source, infer=False).find(
+        baseline.target.kernel.name
+    )
     if rewritten is not None:
         code = kernel_text(rewritten)
         if code != kernel_text(baseline.target):

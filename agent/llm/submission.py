@@ -159,11 +159,11 @@ def build_candidate(
     # The launch first, on the original file (its spec comment sits above the kernel), then the code in
     # place of the kernel as it stands in that file.
     text = with_launch(target, launch) if own_launch else target.source
-    placed = load_targets(target.path, text).find(target.kernel.name)
+    placed = load_targets(target.path, text, infer=False).find(target.kernel.name)
     if placed is None:
         return [f"the launch could not be written into the file's spec for `{target.kernel.name}`"]
     source = replace_span(text, placed.kernel.span, submission.code.strip("\n"))
-    rewritten = load_targets(target.path, source)
+    rewritten = load_targets(target.path, source, infer=False)
     kernel_errors = [e.message for e in rewritten.spec_errors if e.kernel in (None, target.kernel.name)]
     if kernel_errors:
         return [f"the spec cannot launch this kernel: {message}" for message in kernel_errors]

@@ -706,7 +706,7 @@ def candidate_from(
             # its first byte where it was.
             source = with_launch(replace(target, source=source), launch)
         else:
-            edited = load_targets(target.path, source).find(target.kernel.name)
+            edited = load_targets(target.path, source, infer=False).find(target.kernel.name)
             assert edited is not None and edited.spec is not None, "an edit lost the kernel's spec"
             source = with_launch(edited, launch)
     return Candidate(

@@ -14,7 +14,7 @@ when it also reads it (`y[i] += ...`, `y[i] = y[i] * 2`, atomics); a pointer onl
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from cuda_agent.agent.kernels import Kernel, Parameter
@@ -58,25 +58,37 @@ class _Use:
     mentions: set[str] = field(default_factory=set)  # identifiers in its index expressions
 
 
-def infer_spec(kernel: Kernel, source: str, tree: Tree | None = None) -> tuple[KernelSpec | None, str]:
-    """(spec, note) when the kernel has a recognised shape; (None, why not) otherwise."""
+def infer_spec(
+    kernel: Kernel, source: str, tree: Tree | None = None, typedefs: Mapping[str, str] | None = None
+) -> tuple[KernelSpec | None, str]:
+    """(spec, note) when the kernel has a recognised shape; (None, why not) otherwise. `typedefs`: the
+    file's type aliases (`typedef __nv_bfloat16 floatX;`), followed to the element type."""
     if kernel.has_errors:
         return None, "the kernel has syntax errors"
-    instantiate, template_types = _instantiation(kernel)
+    instantiate, template_types = instantiation(kernel)
     if instantiate is None and kernel.template_parameters:
         return None, "a template with a value parameter and no default: say which instantiation to run"
-    body = _body(kernel, tree or parse_cuda(source))
+    body = kernel_body(kernel, tree or parse_cuda(source))
     if body is None:
         return None, "the kernel has no body"
 
-    classified = _classify(kernel.parameters, template_types)
+    aliases = dict(typedefs or {})
+
+    def dtype_of(c_type: str) -> str | None:
+        for _ in range(8):  # an alias of an alias
+            if c_type not in aliases:
+                break
+            c_type = aliases[c_type]
+        return dtype_of_c_type(c_type)
+
+    classified = classify_parameters(kernel.parameters, template_types, dtype_of)
     if isinstance(classified, str):
         return None, classified
     pointers, int_scalars, float_scalars = classified
 
-    analysis = _BodyAnalysis(body, {parameter.name for parameter, _ in pointers})
+    analysis = BodyAnalysis(body, {parameter.name for parameter, _ in pointers})
     taken = {parameter.name for parameter in kernel.parameters}
-    size_of = {parameter.name: _size_name(parameter.name, taken) for parameter, _ in int_scalars}
+    size_of = {parameter.name: size_name_for(parameter.name, taken) for parameter, _ in int_scalars}
     if len(int_scalars) == 1:
         layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
@@ -114,8 +126,10 @@ def infer_spec(kernel: Kernel, source: str, tree: Tree | None = None) -> tuple[K
 _Typed = list[tuple[Parameter, str]]
 
 
-def _classify(
-    parameters: tuple[Parameter, ...], template_types: dict[str, str]
+def classify_parameters(
+    parameters: tuple[Parameter, ...],
+    template_types: Mapping[str, str],
+    dtype_of: Callable[[str], str | None] = dtype_of_c_type,
 ) -> tuple[_Typed, _Typed, _Typed] | str:
     """(pointers, integer scalars, float scalars) with their dtypes, or why a parameter does not fit."""
     pointers: _Typed = []
@@ -123,7 +137,7 @@ def _classify(
     float_scalars: _Typed = []
     for parameter in parameters:
         c_type = template_types.get(parameter.type, parameter.type)
-        dtype = dtype_of_c_type(c_type)
+        dtype = dtype_of(c_type)
         if not parameter.name:
             return f"parameter '{parameter.text}' has no name"
         if parameter.pointer_depth > 1 or (parameter.is_pointer and dtype is None):
@@ -152,7 +166,7 @@ class _Layout:
     full_shape: tuple[str, ...]
 
 
-def _layout_1d(n: str, analysis: _BodyAnalysis) -> _Layout | str:
+def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
     if analysis.uses_y:
         return f"the body indexes in 2-D (threadIdx.y/blockIdx.y) but the signature has one size ({n})"
     if not analysis.global_indices:
@@ -169,7 +183,7 @@ def _layout_1d(n: str, analysis: _BodyAnalysis) -> _Layout | str:
     )
 
 
-def _layout_2d(names: list[str], analysis: _BodyAnalysis) -> _Layout | str:
+def _layout_2d(names: list[str], analysis: BodyAnalysis) -> _Layout | str:
     pair = next((p for p in SIZE_PAIRS if set(p) == set(names)), None)
     if pair is None:
         known = "rows/cols, height/width, M/N or ny/nx"
@@ -203,7 +217,7 @@ def _layout_2d(names: list[str], analysis: _BodyAnalysis) -> _Layout | str:
     return f"could not tell how threads map to {rows} and {cols} (no index compared with either)"
 
 
-def _size_name(parameter: str, taken: set[str]) -> str:
+def size_name_for(parameter: str, taken: set[str]) -> str:
     """The size an integer parameter stands for: its own name, unless a size cannot be called that (a
     Python keyword such as `in`, or a name expressions reserve such as `F` or `max`): then `in_size`."""
     if is_size_name(parameter):
@@ -215,7 +229,7 @@ def _size_name(parameter: str, taken: set[str]) -> str:
 
 
 def _argument(
-    parameter: Parameter, dtype: str, analysis: _BodyAnalysis, layout: _Layout, size_of: Mapping[str, str]
+    parameter: Parameter, dtype: str, analysis: BodyAnalysis, layout: _Layout, size_of: Mapping[str, str]
 ) -> ArgumentSpec:
     name = parameter.name
     if not parameter.is_pointer:
@@ -230,7 +244,7 @@ def _argument(
     return ArgumentSpec(name, role, dtype, shape, InitSpec.default(dtype))  # type: ignore[arg-type]
 
 
-def _instantiation(kernel: Kernel) -> tuple[str | None, dict[str, str]]:
+def instantiation(kernel: Kernel) -> tuple[str | None, dict[str, str]]:
     """For a template: 'k<float>' with float for type parameters and defaults for the rest.
     An explicit specialisation is its own instantiation."""
     if kernel.template_arguments is not None and not kernel.template_parameters:
@@ -248,7 +262,8 @@ def _instantiation(kernel: Kernel) -> tuple[str | None, dict[str, str]]:
     return f"{kernel.qualified_name}<{', '.join(arguments)}>", types
 
 
-def _body(kernel: Kernel, tree: Tree) -> Node | None:
+def kernel_body(kernel: Kernel, tree: Tree) -> Node | None:
+    """The kernel's `{ ... }` in `tree`."""
     node = tree.root_node.descendant_for_byte_range(kernel.body_span.start_byte, kernel.body_span.end_byte)
     while node is not None and node.type != "compound_statement":
         node = node.parent
@@ -258,10 +273,14 @@ def _body(kernel: Kernel, tree: Tree) -> Node | None:
 # --- the body -------------------------------------------------------------------------------------------
 
 
-def _walk(node: Node) -> Iterator[Node]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+def walk(node: Node) -> Iterator[Node]:
+    """Every node under `node`, in source order; iterative, so a deeply nested expression (a generated
+    sum of a thousand terms) cannot exhaust Python's recursion limit."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
 
 
 def _text(node: Node | None) -> str:
@@ -269,7 +288,7 @@ def _text(node: Node | None) -> str:
 
 
 def _identifiers(node: Node | None) -> set[str]:
-    return {_text(n) for n in _walk(node) if n.type == "identifier"} if node is not None else set()
+    return {_text(n) for n in walk(node) if n.type == "identifier"} if node is not None else set()
 
 
 def _builtin_axis(node: Node) -> tuple[str, str] | None:
@@ -282,17 +301,38 @@ def _builtin_axis(node: Node) -> tuple[str, str] | None:
     return _text(argument), _text(name)
 
 
+_LVALUE_WRAPPERS = frozenset(
+    {"argument_list", "call_expression", "parenthesized_expression", "cast_expression",
+     "subscript_expression", "field_expression", "pointer_expression", "template_function"}
+)  # fmt: skip
+
+
+def _assigned_through(element: Node) -> Node | None:
+    """The assignment whose left side wraps `element` in macro calls, casts and member accesses, if any."""
+    node = element
+    while node.parent is not None and node.parent.type in _LVALUE_WRAPPERS:
+        node = node.parent
+    parent = node.parent
+    if (
+        parent is not None
+        and parent.type == "assignment_expression"
+        and parent.child_by_field_name("left") == node
+    ):
+        return parent
+    return None
+
+
 def _unparenthesize_up(node: Node) -> Node:
     while node.parent is not None and node.parent.type == "parenthesized_expression":
         node = node.parent
     return node
 
 
-class _BodyAnalysis:
+class BodyAnalysis:
     """Facts about a kernel body that the patterns need."""
 
     def __init__(self, body: Node, pointers: set[str]) -> None:
-        axes = [axis for node in _walk(body) if (axis := _builtin_axis(node))]
+        axes = [axis for node in walk(body) if (axis := _builtin_axis(node))]
         self.uses_y = any(
             builtin in ("threadIdx", "blockIdx") and axis in ("y", "z") for builtin, axis in axes
         )
@@ -306,7 +346,7 @@ class _BodyAnalysis:
         self.compared_with_global_index = self._compared(body)
         self.aliases = self._aliases(body, pointers)
         self.uses = {name: _Use() for name in pointers}
-        for node in _walk(body):
+        for node in walk(body):
             if node.type == "identifier" and (owner := self.aliases.get(_text(node))):
                 self._record(node, self.uses[owner])
 
@@ -314,11 +354,11 @@ class _BodyAnalysis:
     def _definitions(body: Node) -> list[tuple[str, Node]]:
         """Every `name = value` in the body (declarations and assignments to plain names)."""
         found = []
-        for node in _walk(body):
+        for node in walk(body):
             if node.type == "init_declarator":
                 declarator, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
                 name = (
-                    next((n for n in _walk(declarator) if n.type == "identifier"), None)
+                    next((n for n in walk(declarator) if n.type == "identifier"), None)
                     if declarator
                     else None
                 )
@@ -351,7 +391,7 @@ class _BodyAnalysis:
     def _compared(self, body: Node) -> set[str]:
         """Identifiers compared with a global thread index (`if (row < rows)`, `i < rows * cols`)."""
         compared: set[str] = set()
-        for node in _walk(body):
+        for node in walk(body):
             operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
             if operator is None or _text(operator) not in _COMPARISONS:
                 continue
@@ -368,11 +408,11 @@ class _BodyAnalysis:
         """Local pointers derived from parameters (`const float* row = x + r * cols`) -> the parameter."""
         aliases = {name: name for name in pointers}
         declarations = []
-        for node in _walk(body):
+        for node in walk(body):
             declarator = node.child_by_field_name("declarator") if node.type == "init_declarator" else None
             value = node.child_by_field_name("value") if declarator is not None else None
             if declarator is not None and declarator.type == "pointer_declarator" and value is not None:
-                identifier = next((n for n in _walk(declarator) if n.type == "identifier"), None)
+                identifier = next((n for n in walk(declarator) if n.type == "identifier"), None)
                 if identifier is not None:
                     declarations.append((_text(identifier), value))
         for _ in range(2):  # an alias of an alias
@@ -427,5 +467,9 @@ class _BodyAnalysis:
             parent.type == "pointer_expression" and _text(parent.child(0)) == "&"
         ):
             use.read = use.written = True
+        elif (assignment := _assigned_through(element)) is not None:
+            # `FLOAT4(y[i]) = v`, `reinterpret_cast<float4*>(y + i)[0] = v`: a store through a macro or cast.
+            use.written = True
+            use.read = use.read or _text(assignment.child_by_field_name("operator")) != "="
         else:
             use.read = True

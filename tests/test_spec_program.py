@@ -1,0 +1,244 @@
+"""Specs from the program (agent/spec/program.py): the host code's launches say the sizes, the launch, the
+scalars, the shapes and the instantiation; what it cannot say is a reason, and the signature-based
+inference takes over. Each program is written the way such code is written: a main() with constants and
+cudaMalloc, a launcher with a stream, #defines, dim3, templates, typedefs, argv with a default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.kernels import find_kernels
+from cuda_agent.agent.spec import KernelSpec, resolve
+from cuda_agent.agent.spec.program import infer_from_program
+from cuda_agent.agent.targets import load_targets
+
+RMSNORM = """\
+#include <cstdio>
+#define N_ROWS 8192
+#define THREADS (128)
+constexpr int kCols = 4096;
+typedef float real;
+
+__global__ void rmsnorm(const real* x, const real* w, real* y, int rows, int cols, float eps) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float s = 0.f;
+    for (int c = 0; c < cols; ++c) s += x[r * cols + c] * x[r * cols + c];
+    float inv = rsqrtf(s / cols + eps);
+    for (int c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] * inv * w[c];
+}
+
+void launch_rmsnorm(const float* x, const float* w, float* y, int rows, int cols, cudaStream_t stream) {
+    const int threads = THREADS;
+    dim3 grid((rows + threads - 1) / threads);
+    rmsnorm<<<grid, threads, 0, stream>>>(x, w, y, rows, cols, 1e-6f);
+}
+
+int main() {
+    const int rows = N_ROWS, cols = kCols;
+    size_t bytes = (size_t)rows * cols * sizeof(float);
+    float *d_x, *d_w, *d_y;
+    cudaMalloc(&d_x, bytes);
+    cudaMalloc((void**)&d_w, cols * sizeof(float));
+    cudaMalloc(&d_y, bytes);
+    launch_rmsnorm(d_x, d_w, d_y, rows, cols, 0);
+    return 0;
+}
+"""
+
+
+def inferred(source: str, kernel: str) -> tuple[KernelSpec | None, str]:
+    (found,) = [k for k in find_kernels(source) if k.name == kernel]
+    return infer_from_program(found, source)
+
+
+def args(spec: KernelSpec) -> dict[str, tuple[str, str, tuple[str, ...], object]]:
+    return {a.name: (a.role, a.dtype, a.shape, a.value) for a in spec.arguments}
+
+
+def test_a_launcher_called_from_main_gives_the_programs_sizes_launch_and_scalars() -> None:
+    """The inferred spec used 4096 × 4096, block 256, eps drawn in [0.5, 2) and gave w the shape [rows]."""
+    spec, note = inferred(RMSNORM, "rmsnorm")
+    assert spec is not None, note
+    assert spec.sizes == {"rows": 8192, "cols": 4096}
+    assert spec.launch.block == (128,) and spec.launch.grid == ("(rows + block.x - 1) // block.x",)
+    assert args(spec) == {
+        "x": ("input", "float32", ("rows * cols",), None),
+        "w": ("input", "float32", ("cols",), None),  # from its cudaMalloc, not from a guess
+        "y": ("output", "float32", ("rows * cols",), None),
+        "rows": ("scalar", "int32", (), "rows"),
+        "cols": ("scalar", "int32", (), "cols"),
+        "eps": ("scalar", "float32", (), 1e-6),
+    }
+    assert "launch_rmsnorm() (called from main() at line 29) at line 19" in note
+    _, launch = resolve(spec)
+    assert launch.grid == (64, 1, 1) and launch.block == (128, 1, 1)
+    # Tunable: a new block keeps the program's grid formula.
+    assert resolve(spec, block=(512,))[1].grid == (16, 1, 1)
+
+
+SGEMM = """\
+#include <cuda_runtime.h>
+template <int TILE>
+__global__ void sgemm_naive(const float* A, const float* B, float* C, int M, int N, int K) {
+    int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;
+    if (row < M && col < N) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k) acc += A[row * K + k] * B[k * N + col];
+        C[row * N + col] = acc;
+    }
+}
+
+void run_sgemm(const float* A, const float* B, float* C, int M, int N, int K, cudaStream_t stream) {
+    constexpr int tile = 32;
+    dim3 block(tile, tile);
+    dim3 grid((N + tile - 1) / tile, (M + tile - 1) / tile);
+    sgemm_naive<tile><<<grid, block, 0, stream>>>(A, B, C, M, N, K);
+}
+
+int main(int argc, char** argv) {
+    int M = 2048, N = 2048, K = argc > 1 ? atoi(argv[1]) : 1024;
+    float *A, *B, *C;
+    cudaMalloc(&A, sizeof(float) * M * K);
+    cudaMalloc(&B, sizeof(float) * K * N);
+    cudaMalloc(&C, sizeof(float) * M * N);
+    cudaStream_t stream;
+    cudaStreamCreate(&stream);
+    run_sgemm(A, B, C, M, N, K, stream);
+    run_sgemm(A, B, C, 512, 384, 256, stream);
+    return 0;
+}
+"""
+
+
+def test_a_template_kernel_takes_its_instantiation_from_the_launch_and_argv_its_default() -> None:
+    """ "a template with a value parameter and no default: say which instantiation to run": the launch
+    says it (`sgemm_naive<tile>` with `constexpr int tile = 32`)."""
+    spec, note = inferred(SGEMM, "sgemm_naive")
+    assert spec is not None, note
+    assert spec.instantiate == "sgemm_naive<32>"
+    assert spec.sizes == {"M": 2048, "N": 2048, "K": 1024}  # K: the program's default for argv[1]
+    assert "the default of" in note
+    assert spec.launch.block == (32, 32)
+    assert spec.launch.grid == ("(N + 32 - 1) // 32", "(M + 32 - 1) // 32")
+    assert args(spec)["A"][2] == ("M * K",) and args(spec)["C"][2] == ("M * N",)
+    # The smaller second call is a verify size; the grid formula is the same.
+    assert spec.verify_sizes == ({"M": 512, "N": 384, "K": 256},)
+
+
+def test_a_launch_in_main_with_defines_dim3_and_a_typedef_of_half() -> None:
+    source = """\
+#include <cuda_fp16.h>
+#define WIDTH 1920
+#define HEIGHT 1080
+#define BLOCK_X 32
+#define BLOCK_Y 8
+using pixel_t = __half;
+
+__global__ void brighten(const pixel_t* in, pixel_t* out, int width, int height, float gain) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < width && y < height) out[y * width + x] = __float2half(__half2float(in[y * width + x]) * gain);
+}
+
+int main() {
+    pixel_t *d_in, *d_out;
+    const size_t pixels = (size_t)WIDTH * HEIGHT;
+    cudaMalloc(&d_in, pixels * sizeof(pixel_t));
+    cudaMalloc(&d_out, pixels * sizeof(pixel_t));
+    const float gain = 1.25f;
+    dim3 block(BLOCK_X, BLOCK_Y);
+    dim3 grid((WIDTH + block.x - 1) / block.x, (HEIGHT + block.y - 1) / block.y);
+    brighten<<<grid, block>>>(d_in, d_out, WIDTH, HEIGHT, gain);
+    cudaDeviceSynchronize();
+}
+"""
+    spec, note = inferred(source, "brighten")
+    assert spec is not None, note
+    assert spec.sizes == {"width": 1920, "height": 1080}
+    assert spec.launch.block == (32, 8)
+    assert spec.launch.grid == ("(width + block.x - 1) // block.x", "(height + block.y - 1) // block.y")
+    assert args(spec)["in"] == ("input", "float16", ("width * height",), None)  # through `using`, sizeof
+    assert args(spec)["gain"][3] == 1.25
+
+
+def test_a_histogram_with_a_constant_sized_output_and_a_bytes_variable() -> None:
+    source = """\
+#define NUM_BINS 256
+__global__ void histogram(const unsigned char* data, unsigned int* bins, int n) {
+    __shared__ unsigned int local[NUM_BINS];
+    for (int b = threadIdx.x; b < NUM_BINS; b += blockDim.x) local[b] = 0;
+    __syncthreads();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        atomicAdd(&local[data[i]], 1u);
+    __syncthreads();
+    for (int b = threadIdx.x; b < NUM_BINS; b += blockDim.x) atomicAdd(&bins[b], local[b]);
+}
+int main() {
+    const int n = 64 << 20;
+    unsigned char* d_data; unsigned int* d_bins;
+    size_t data_bytes = n;
+    cudaMalloc(&d_data, data_bytes);
+    cudaMalloc(&d_bins, NUM_BINS * sizeof(unsigned int));
+    histogram<<<264, 256>>>(d_data, d_bins, n);
+}
+"""
+    spec, note = inferred(source, "histogram")
+    assert spec is not None, note
+    assert spec.sizes == {"n": 64 << 20} and spec.launch.grid == ("264",)
+    assert args(spec)["data"] == ("input", "uint8", ("n",), None)
+    assert args(spec)["bins"][:3] == ("inout", "uint32", ("256",))
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("int n = atoi(argv[1]);", "read at run time"),
+        ('int n; scanf("%d", &n);', "declared without a value"),
+    ],
+)
+def test_sizes_the_program_does_not_state_are_a_reason(host: str, reason: str) -> None:
+    source = f"""\
+__global__ void twice(const float* x, float* y, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}}
+int main(int argc, char** argv) {{
+    {host}
+    float *x, *y;
+    cudaMalloc(&x, n * sizeof(float)); cudaMalloc(&y, n * sizeof(float));
+    twice<<<(n + 255) / 256, 256>>>(x, y, n);
+}}
+"""
+    spec, why = inferred(source, "twice")
+    assert spec is None and reason in why, why
+
+
+def test_load_targets_prefers_the_program_and_falls_back_to_the_signature_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rmsnorm.cu"
+    path.write_text(RMSNORM)
+    (target,) = load_targets(path).targets
+    assert target.spec is not None and target.spec.sizes == {"rows": 8192, "cols": 4096}
+    assert target.note.startswith("spec inferred from the launch in launch_rmsnorm()")
+    # Sizes only known at run time: the signature's defaults, saying why the program was not followed.
+    runtime = RMSNORM.replace("const int rows = N_ROWS, cols = kCols;", 'int rows = atoi("8"), cols = kCols;')
+    path.write_text(runtime)
+    (target,) = load_targets(path).targets
+    assert target.spec is not None and target.spec.sizes == {"rows": 4096, "cols": 4096}
+    assert "not from the program: " in target.note and "read at run time" in target.note
+
+
+def test_a_typedef_of_bfloat16_reaches_the_signature_inference(tmp_path: Path) -> None:
+    """`typedef __nv_bfloat16 floatX` was not followed (the error suggested float32)."""
+    path = tmp_path / "gelu.cu"
+    path.write_text(
+        "#include <cuda_bf16.h>\ntypedef __nv_bfloat16 floatX;\n"
+        "__global__ void gelu(const floatX* x, floatX* y, int n) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) y[i] = x[i];\n}\n"
+    )
+    (target,) = load_targets(path).targets
+    assert target.spec is not None, target.note
+    assert {a.name: a.dtype for a in target.spec.arguments}["x"] == "bfloat16"
