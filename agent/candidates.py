@@ -105,6 +105,6 @@ class CandidateResult:
             return self.verification.reason
         if self.comparison and self.comparison.timed_output_failures:
             return self.comparison.timed_output_failures[0].message
-        if self.sanitizer is not None and self.sanitizer.rejected:
-            return self.sanitizer.summary(OF_THE_REWRITE)
+        if self.sanitizer_rejected:
+            return self.sanitizer.summary(OF_THE_REWRITE)  # type: ignore[union-attr]
         return ""  # a timed candidate's verdict is its status and interval; the decision text is for the best

@@ -226,9 +226,10 @@ def _unwritten_in_timed_runs(
     for j, (kernel, counts) in enumerate(zip(request.kernels, unwritten, strict=True)):
         per_run = cupy.stack(counts).get() if counts else np.zeros(0)
         function = modules.function(kernel.compiled, f"replay {j}")
+        args = ArgumentSet(request.problem)  # one set of buffers for all of this kernel's replays
         for run in timed_runs_to_replay(per_run):
             seed, poison = base_seed + 1_000_000 + run, POISON_BYTES[run % 2]
-            replays = _replayed_counts(request.problem, function, kernel.launches[0], seed, poison, stream)
+            replays = _replayed_counts(args, function, kernel.launches[0], seed, poison, stream)
             beat(f"timed run {run + 1} replayed")
             left = unexplained_poison(int(per_run[run]), replays)
             chance = int(per_run[run]) - left
@@ -253,13 +254,13 @@ def _unwritten_in_timed_runs(
 
 
 def _replayed_counts(
-    problem: Problem, function: Any, plan: Any, seed: int, poison: int, stream: cupy.cuda.Stream
+    args: ArgumentSet, function: Any, plan: Any, seed: int, poison: int, stream: cupy.cuda.Stream
 ) -> tuple[int, int]:
     """How many output elements the kernel itself computes as `poison` on the inputs of `seed`, in two runs
     with the outputs poisoned by the other byte."""
+    problem = args.problem
     other = POISON_BYTES[1] if poison == POISON_BYTES[0] else POISON_BYTES[0]
     names = [a.name for a in problem.arguments if a.role == "output"]
-    args = ArgumentSet(problem)
     found = []
     for _ in range(2):
         args.draw(problem, seed)

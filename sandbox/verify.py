@@ -27,6 +27,7 @@ from cuda_agent.sandbox.buffers import (
     draw_inputs,
     launch_and_wait,
     scalar_value,
+    storage_dtype,
 )
 from cuda_agent.sandbox.checks import (
     check_deterministic,
@@ -143,7 +144,6 @@ def _torch_oracle(
     cannot change the pristine set), in full precision, within ORACLE_LIMIT_S of host work."""
     with beat.host_work(IMPORTING_TORCH, limit_s=TORCH_IMPORT_LIMIT_S):
         torch = load_torch(cupy.cuda.Device().id)
-    stream.synchronize()  # torch runs on its own stream; the inputs must be complete first
     scalars = {
         a.name: scalar_value(a, inputs.scalars[a.name]) for a in problem.arguments if a.role == "scalar"
     }
@@ -156,7 +156,7 @@ def _torch_oracle(
             tensors.append(torch.from_dlpack(array.view(cupy.int16)).view(torch.bfloat16))
         else:
             tensors.append(torch.from_dlpack(array))
-    stream.synchronize()
+    stream.synchronize()  # torch runs on its own stream: the copies (queued behind the inputs) first
     try:
         function, names = oracle_function(problem, constants_of(problem, scalars), torch)
     except OracleError as exc:
@@ -169,31 +169,19 @@ def _torch_oracle(
             values = function(*tensors)
             for name, value in zip(names, values, strict=True):
                 argument = by_name[name]
-                tensor = torch.as_tensor(value, device="cuda").to(
-                    getattr(torch, _TORCH_DTYPES[argument.dtype])
-                )
+                # Our dtype names are torch's (torch.float16, torch.uint32, ...).
+                tensor = torch.as_tensor(value, device="cuda").to(getattr(torch, argument.dtype))
                 if tensor.numel() == argument.numel:
                     tensor = tensor.reshape(argument.shape)
                 tensor = torch.broadcast_to(tensor, argument.shape).contiguous()
                 if argument.dtype == "bfloat16":
                     tensor = tensor.view(torch.int16)
-                results[name] = cupy.from_dlpack(tensor).view(_storage(argument.dtype))
+                results[name] = cupy.from_dlpack(tensor).view(storage_dtype(argument.dtype))
             torch.cuda.synchronize()
         except Exception as exc:  # the user's expression: any error is theirs to fix
             expressions = "; ".join(f"{n} = {problem.oracle[n]!r}" for n in names)  # type: ignore[index]
             raise BadRequest(f"the oracle ({expressions}) failed: {exc!r}{respelling_hint(problem)}") from exc
     return results
-
-
-_TORCH_DTYPES = {
-    "bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "float64": "float64",
-    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
-    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
-}  # fmt: skip
-
-
-def _storage(dtype: str) -> Any:
-    return cupy.uint16 if dtype == "bfloat16" else cupy.dtype(dtype)
 
 
 # -- one candidate, one input set ------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from cuda_agent.sandbox.plan import DTYPE_BYTES, FLOAT_DTYPES
 
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
@@ -70,3 +72,13 @@ def dtype_of_c_type(c_type: str) -> str | None:
 
 def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
+
+
+def dtype_through_aliases(c_type: str, aliases: Mapping[str, str]) -> str | None:
+    """The dtype of a parameter's C type, through the file's `typedef`/`using` aliases (an alias of an
+    alias too): `floatX` with `typedef __nv_bfloat16 floatX` is bfloat16."""
+    seen: set[str] = set()
+    while c_type in aliases and c_type not in seen:
+        seen.add(c_type)
+        c_type = aliases[c_type]
+    return dtype_of_c_type(c_type)

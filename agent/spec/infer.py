@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from cuda_agent.agent.kernels import Kernel, Parameter
 from cuda_agent.agent.parsing import parse_cuda
-from cuda_agent.agent.spec.dtypes import dtype_of_c_type, is_float
+from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases, is_float
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
 from cuda_agent.agent.spec.validate import is_size_name
 from tree_sitter import Node, Tree
@@ -73,15 +73,9 @@ def infer_spec(
         return None, "the kernel has no body"
 
     aliases = dict(typedefs or {})
-
-    def dtype_of(c_type: str) -> str | None:
-        for _ in range(8):  # an alias of an alias
-            if c_type not in aliases:
-                break
-            c_type = aliases[c_type]
-        return dtype_of_c_type(c_type)
-
-    classified = classify_parameters(kernel.parameters, template_types, dtype_of)
+    classified = classify_parameters(
+        kernel.parameters, template_types, lambda c_type: dtype_through_aliases(c_type, aliases)
+    )
     if isinstance(classified, str):
         return None, classified
     pointers, int_scalars, float_scalars = classified
@@ -237,11 +231,17 @@ def _argument(
             return ArgumentSpec(name, "scalar", dtype, init=FLOAT_SCALAR_INIT)
         return ArgumentSpec(name, "scalar", dtype, value=size_of.get(name, name))
     use = analysis.uses[name]
-    # Written and read is inout (y[i] += ...); written only, output; never written, input.
-    role = "input" if parameter.is_const or not use.written else ("inout" if use.read else "output")
+    role = role_of(parameter, use)
     touched = use.read or use.written
     shape = ("1",) if use.single_element and touched else layout.shape_of.get(name, layout.full_shape)
     return ArgumentSpec(name, role, dtype, shape, InitSpec.default(dtype))  # type: ignore[arg-type]
+
+
+def role_of(parameter: Parameter, use: _Use) -> str:
+    """Written and read is inout (y[i] += ...); written only, output; never written (or const), input."""
+    if parameter.is_const or not use.written:
+        return "input"
+    return "inout" if use.read else "output"
 
 
 def instantiation(kernel: Kernel) -> tuple[str | None, dict[str, str]]:

@@ -25,13 +25,15 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.kernels import Kernel, launch_calls
 from cuda_agent.agent.parsing import parse_cuda
-from cuda_agent.agent.spec.dtypes import C_TYPE_DTYPES, is_float
+from cuda_agent.agent.spec.dtypes import dtype_through_aliases, is_float
 from cuda_agent.agent.spec.expressions import ExpressionError, parse_expression
 from cuda_agent.agent.spec.infer import (
+    FLOAT_SCALAR_INIT,
     BodyAnalysis,
     classify_parameters,
     instantiation,
     kernel_body,
+    role_of,
     size_name_for,
     walk,
 )
@@ -243,16 +245,7 @@ class ProgramHost:
                                          child.start_point[0] + 1, dims=components)  # fmt: skip
 
     def dtype_of(self, c_type: str) -> str | None:
-        return _dtype_through(c_type, self.typedefs)
-
-
-def _dtype_through(c_type: str, typedefs: Mapping[str, str]) -> str | None:
-    """The dtype of a C type, through the file's aliases (an alias of an alias too)."""
-    seen = set()
-    while c_type in typedefs and c_type not in seen:
-        seen.add(c_type)
-        c_type = typedefs[c_type]
-    return C_TYPE_DTYPES.get(c_type)
+        return dtype_through_aliases(c_type, self.typedefs)
 
 
 def _parse_expression_text(text: str) -> Node | None:
@@ -484,6 +477,21 @@ def _under_runtime_if(node: Node, file: ProgramHost) -> bool:
     return False
 
 
+def _runtime_default(conditional: Node, file: ProgramHost) -> Node | None:
+    """The branch of `argc > 1 ? atoi(argv[1]) : D` that is the program's default (D), if it is one."""
+    condition = conditional.child_by_field_name("condition")
+    consequence = conditional.child_by_field_name("consequence")
+    alternative = conditional.child_by_field_name("alternative")
+    if (
+        condition is None
+        or consequence is None
+        or alternative is None
+        or not _mentions_runtime(condition, file)
+    ):
+        return None
+    return alternative if _mentions_runtime(consequence, file) else consequence
+
+
 def _mentions_runtime(node: Node, file: ProgramHost) -> bool:
     for child in walk(node):
         if child.type == "identifier" and file.text(child) in RUNTIME_NAMES:
@@ -613,16 +621,11 @@ class _Translation:
 
     def conditional(self, node: Node, scope: _Scope | None) -> str:
         """`argc > 1 ? atoi(argv[1]) : 1 << 20`: the program's default."""
-        condition = node.child_by_field_name("condition")
-        consequence, alternative = (
-            node.child_by_field_name("consequence"),
-            node.child_by_field_name("alternative"),
-        )
-        if condition is not None and _mentions_runtime(condition, self.file) and consequence and alternative:
-            chosen = alternative if _mentions_runtime(consequence, self.file) else consequence
-            self.origins.append(f"the default of {self.file.text(node)!r}")
-            return self.expression(chosen, scope)
-        raise NotFollowed(f"a conditional value {self.file.text(node)!r}")
+        chosen = _runtime_default(node, self.file)
+        if chosen is None:
+            raise NotFollowed(f"a conditional value {self.file.text(node)!r}")
+        self.origins.append(f"the default of {self.file.text(node)!r}")
+        return self.expression(chosen, scope)
 
     def call(self, node: Node, scope: _Scope | None) -> str:
         callee = self.file.text(node.child_by_field_name("function"))
@@ -830,7 +833,7 @@ def read_launch(
         block=block,
         grid=grid,
         shared_bytes=shared,
-        instantiate=_launch_instantiation(kernel, call, scope, file, translation),
+        instantiate=_launch_instantiation(kernel, call, scope, file),
         where=f"the launch in {_chain(scope)} at line {call.start_point[0] + 1}",
         origins=tuple(translation.origins),
     )
@@ -939,20 +942,8 @@ class _Arithmetic:
             )
             if callee in _MATH and arguments:
                 return float(_MATH[callee](*(self.value(a, scope)[0] for a in arguments))), True
-        if kind == "conditional_expression":
-            condition = node.child_by_field_name("condition")
-            consequence, alternative = (
-                node.child_by_field_name("consequence"),
-                node.child_by_field_name("alternative"),
-            )
-            if (
-                condition is not None
-                and _mentions_runtime(condition, self.file)
-                and consequence
-                and alternative
-            ):
-                chosen = alternative if _mentions_runtime(consequence, self.file) else consequence
-                return self.value(chosen, scope)
+        if kind == "conditional_expression" and (chosen := _runtime_default(node, self.file)) is not None:
+            return self.value(chosen, scope)
         raise NotFollowed(f"{text!r}")
 
 
@@ -1044,9 +1035,7 @@ def _factors(node: Node) -> list[Node]:
     return [node]
 
 
-def _launch_instantiation(
-    kernel: Kernel, call: Node, scope: _Scope, file: ProgramHost, translation: _Translation
-) -> str | None:
+def _launch_instantiation(kernel: Kernel, call: Node, scope: _Scope, file: ProgramHost) -> str | None:
     """`k<float, BLOCK><<<...>>>` with `#define BLOCK 256` -> "k<float, 256>"."""
     if not kernel.template_parameters:
         return None
@@ -1145,7 +1134,7 @@ def spec_from_points(
             if parameter.kind == "type":
                 types[parameter.name] = value
     classified = classify_parameters(
-        kernel.parameters, types, lambda c_type: _dtype_through(c_type, typedefs)
+        kernel.parameters, types, lambda c_type: dtype_through_aliases(c_type, typedefs)
     )
     if isinstance(classified, str):
         return None, classified
@@ -1161,9 +1150,7 @@ def spec_from_points(
         if not parameter.is_pointer:
             value = benchmark.scalars.get(name, "")
             if value == "" and is_float(dtype):
-                arguments.append(
-                    ArgumentSpec(name, "scalar", dtype, init=InitSpec("uniform", low=0.5, high=2.0))
-                )
+                arguments.append(ArgumentSpec(name, "scalar", dtype, init=FLOAT_SCALAR_INIT))
             else:
                 arguments.append(ArgumentSpec(name, "scalar", dtype, value=value))  # type: ignore[arg-type]
             continue
@@ -1174,8 +1161,7 @@ def spec_from_points(
                 f"{benchmark.where}: the program does not show how big {name} is (no cudaMalloc of it)",
             )
         use = analysis.uses[name]
-        role = "input" if parameter.is_const or not use.written else ("inout" if use.read else "output")
-        arguments.append(ArgumentSpec(name, role, dtype, shape, InitSpec.default(dtype)))  # type: ignore[arg-type]
+        arguments.append(ArgumentSpec(name, role_of(parameter, use), dtype, shape, InitSpec.default(dtype)))  # type: ignore[arg-type]
     if not any(a.role in ("output", "inout") for a in arguments):
         return None, "no pointer is written by the body, so there is no output to check"
     shown = ", ".join(f"{name} = {value}" for name, value in benchmark.sizes.items())
