@@ -4,6 +4,14 @@ NVRTC compiles device code only, and a host function in the file still has to ty
 with `cudaMalloc`, `std::vector` or `printf` from `<cstdio>` fails. So `device_source` blanks every
 host-only function definition with spaces, keeping each newline, so that every remaining token keeps
 its line and UTF-8 byte column and compiler diagnostics point into the user's file unchanged.
+
+A PyTorch extension (a file that includes `<torch/extension.h>`, `<ATen/...>`, `<c10/...>`) is compiled
+without its host half too: torch's full headers take ~28 s under nvcc and need CUDA libraries' headers
+(cusparse.h) that a CPU-only torch or a bare toolkit lacks, while its kernels rarely need more than a few
+device types. `device_source(source, without_torch=True)` also blanks those includes, the binding blocks
+(`PYBIND11_MODULE(...) { ... }`, `TORCH_LIBRARY(...) { ... }`) and host function declarations (device code
+cannot call them, and their torch types are undeclared); agent/compile_environment.py supplies what the
+kernels may still name.
 """
 
 from __future__ import annotations
@@ -32,12 +40,32 @@ _SCOPE_TYPES = frozenset(
 _DEVICE_SPECIFIERS = frozenset({"__global__", "__device__"})
 _TEMPLATED_TYPES = frozenset({"function_definition", "template_declaration"})
 _CONDITIONAL_DIRECTIVES = frozenset({"preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef"})
+# Headers of PyTorch and of what its extension headers pull in (pybind11, CPython): host code only.
+_TORCH_HEADER_FOLDERS = ("torch/", "ATen/", "c10/", "caffe2/", "pybind11/")
+_TORCH_HEADER_FILES = frozenset({"Python.h"})
+# Macros that open a block of host code binding an extension's functions to Python or to torch's dispatcher.
+_BINDING_MACROS = frozenset(
+    {
+        b"PYBIND11_MODULE",
+        b"TORCH_LIBRARY",
+        b"TORCH_LIBRARY_IMPL",
+        b"TORCH_LIBRARY_FRAGMENT",
+        b"STABLE_TORCH_LIBRARY",
+        b"STABLE_TORCH_LIBRARY_IMPL",
+        b"STABLE_TORCH_LIBRARY_FRAGMENT",
+    }
+)
+_DECLARATOR_WRAPPERS = frozenset({"pointer_declarator", "reference_declarator"})
+_CONSTEXPR = (b"constexpr", b"consteval")
 
 
 # A save compiles each of the file's kernels from the same text, each compile asking for its device side.
 @lru_cache(maxsize=4)
-def device_source(source: str) -> str:
-    """`source` with every host-only function definition replaced by spaces (newlines kept).
+def device_source(source: str, *, without_torch: bool = False, relaxed_constexpr: bool = False) -> str:
+    """`source` with every host-only function definition replaced by spaces (newlines kept); with
+    `without_torch`, also PyTorch's includes, binding blocks and host declarations (module docstring).
+    With `relaxed_constexpr` (nvcc's --expt-relaxed-constexpr, under which device code may call a
+    `constexpr` host function), `constexpr` and `consteval` functions are kept.
 
     Kept: `__global__`, `__device__` and `__host__ __device__` functions and their templates, variables,
     types, class templates, macros, includes, declarations, member functions inside classes, and any
@@ -50,11 +78,75 @@ def device_source(source: str) -> str:
     data = source.encode("utf-8")
     tree = parse_cuda(data)
     blanked = bytearray(data)
-    for definition in _host_only_definitions(tree.root_node):
+    for definition in _host_only_definitions(tree.root_node, relaxed_constexpr):
         # Every directive starts with `#`: without one, skip the walk over the function's nodes.
         has_hash = data.find(b"#", definition.start_byte, definition.end_byte) != -1
         _blank(blanked, definition, keep=_directives(definition) if has_hash else iter(()))
+    if without_torch:
+        for node in _torch_host_parts(tree.root_node):
+            _blank(blanked, node, keep=iter(()))
     return blanked.decode("utf-8")
+
+
+@lru_cache(maxsize=4)
+def includes_torch(source: str) -> bool:
+    """Whether the file includes a PyTorch header (`<torch/...>`, `<ATen/...>`, `<c10/...>`): an extension."""
+    return any(_is_torch_include(node) for node in _includes(parse_cuda(source).root_node))
+
+
+def _includes(scope: Node) -> Iterator[Node]:
+    """The `#include` lines at namespace scope, inside preprocessor conditionals too."""
+    for child in scope.children:
+        if child.type == "preproc_include":
+            yield child
+        elif child.type in _SCOPE_TYPES:
+            yield from _includes(child)
+
+
+def _is_torch_include(include: Node) -> bool:
+    path = include.child_by_field_name("path")
+    if path is None or path.text is None:
+        return False
+    name = path.text.decode("utf-8", errors="replace").strip('<>"')
+    return name.startswith(_TORCH_HEADER_FOLDERS) or name in _TORCH_HEADER_FILES
+
+
+def _torch_host_parts(scope: Node) -> Iterator[Node]:
+    """What an extension's device side leaves out besides host function definitions: torch's includes, the
+    binding blocks and host function declarations, at namespace scope (inside conditionals too)."""
+    for child in scope.children:
+        if child.type == "preproc_include":
+            if _is_torch_include(child):
+                yield child
+        elif _is_binding_block(child) or _is_host_declaration(child):
+            yield child
+        elif child.type in _SCOPE_TYPES:
+            yield from _torch_host_parts(child)
+
+
+def _is_binding_block(node: Node) -> bool:
+    """`PYBIND11_MODULE(name, m) { ... }`: tree-sitter reads it as a function without a return type."""
+    if node.type != "function_definition" or node.child_by_field_name("type") is not None:
+        return False
+    declarator = node.child_by_field_name("declarator")
+    name = declarator.child_by_field_name("declarator") if declarator is not None else None
+    return name is not None and name.type == "identifier" and name.text in _BINDING_MACROS
+
+
+def _is_host_declaration(node: Node) -> bool:
+    """A function declared, not defined, without `__device__`/`__global__` (`torch::Tensor f(torch::Tensor);`,
+    also under `template <...>`): device code cannot call it. One that did not parse cleanly is kept."""
+    if node.type == "template_declaration":
+        inner = next((child for child in node.named_children if child.type == "declaration"), None)
+        return inner is not None and _is_host_declaration(inner)
+    if node.type != "declaration" or node.has_error:
+        return False
+    if any(child.type in _DEVICE_SPECIFIERS for child in node.children):
+        return False
+    declarator = node.child_by_field_name("declarator")
+    while declarator is not None and declarator.type in _DECLARATOR_WRAPPERS:
+        declarator = declarator.child_by_field_name("declarator")
+    return declarator is not None and declarator.type == "function_declarator"
 
 
 def replace_span(source: str, span: Span, new_text: str) -> str:
@@ -70,16 +162,16 @@ def replace_span(source: str, span: Span, new_text: str) -> str:
         raise ValueError(f"span {span} does not start and end on character boundaries") from error
 
 
-def _host_only_definitions(scope: Node) -> Iterator[Node]:
+def _host_only_definitions(scope: Node, relaxed_constexpr: bool) -> Iterator[Node]:
     """The outermost node of each host-only function definition at namespace scope (with its
     `template <...>` or `extern "C"` prefix, which must go with it)."""
     for child in scope.children:
         # Definitions first: `extern "C" void f() {}` is a linkage_specification too, and its prefix
         # must be blanked with the function, not left to attach to the next declaration.
-        if _is_host_only(_defined_function(child)):
+        if _is_host_only(_defined_function(child), relaxed_constexpr):
             yield child
         elif child.type in _SCOPE_TYPES:
-            yield from _host_only_definitions(child)
+            yield from _host_only_definitions(child, relaxed_constexpr)
 
 
 def _defined_function(node: Node) -> Node | None:
@@ -95,8 +187,12 @@ def _defined_function(node: Node) -> Node | None:
     return None
 
 
-def _is_host_only(function: Node | None) -> bool:
+def _is_host_only(function: Node | None, relaxed_constexpr: bool) -> bool:
     if function is None:
+        return False
+    if relaxed_constexpr and any(
+        child.type == "type_qualifier" and child.text in _CONSTEXPR for child in function.children
+    ):
         return False
     body = function.child_by_field_name("body")
     if body is None or body.type != "compound_statement":

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.cache import ResultCache, result_key
 from cuda_agent.agent.candidates import Candidate, CandidateResult
-from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.compile_environment import CompileEnvironment, compile_in, environment_for
 from cuda_agent.agent.spec import KernelSpec, SpecResolveError, resolve
 from cuda_agent.agent.targets import KernelTarget, automatic_verify_points, problems_for, with_block
 from cuda_agent.sandbox.client import Sandbox
-from cuda_agent.sandbox.compile import compile_kernel
 from cuda_agent.sandbox.plan import KernelUnderTest, LaunchPlan, Problem
 from cuda_agent.sandbox.protocol import (
     TimeRequest,
@@ -56,6 +55,11 @@ class EngineSettings:
     input_sets: int = 5
     time_budget_s: float = 0.6  # timed work per measurement
     use_cache: bool = True
+    # Every compile's environment besides the file's own (agent/compile_environment.py): absolute include
+    # folders, NAME[=VALUE] macros and compiler flags, from -I/-D/--nvcc-flag or the server's settings.
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    nvcc_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,14 +161,30 @@ class Engine:
     # -- steps -----------------------------------------------------------------------------------------
 
     def compile(self, target: KernelTarget, source: str, candidate: Candidate | None = None) -> CompileResult:
-        include_dir = (candidate.include_dir if candidate else None) or str(target.path.parent)
-        return compile_kernel(
-            device_source(source),
-            (candidate.kernel_name if candidate else None) or target.name_expression,
+        environment = self.environment(target)
+        if candidate is not None and candidate.include_dir:
+            environment = environment.searching_first(candidate.include_dir)
+        return compile_in(
+            environment,
+            source,
+            (candidate.kernel_name if candidate else None)
+            or target.name_expression_at(candidate.block if candidate else None, source),
             filename=str(target.path),
             arch=self.arch,
-            include_dirs=(include_dir,),
             flags=candidate.flags if candidate else (),
+        )
+
+    def environment(self, target: KernelTarget) -> CompileEnvironment:
+        """Where the target's file finds its headers, and its macros and flags: the file's folder, the
+        settings, its spec's, its compile_commands.json entry's (read again only when that file changes)."""
+        spec = target.spec
+        return environment_for(
+            target.path,
+            self.settings.include_dirs,
+            self.settings.defines,
+            self.settings.nvcc_flags,
+            spec_include_dirs=spec.include_dirs if spec is not None else (),
+            spec_flags=spec.flags if spec is not None else (),
         )
 
     def _device_key(self) -> tuple[object, ...]:

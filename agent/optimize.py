@@ -15,7 +15,7 @@ from cuda_agent.agent.llm.settings import LlmSettings, disabled_reason, settings
 from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
 from cuda_agent.agent.proposers.transforms import TRANSFORMS
-from cuda_agent.agent.rewrite import with_launch
+from cuda_agent.agent.rewrite import write_launch
 from cuda_agent.agent.sanitizer_gate import SanitizerGate
 from cuda_agent.agent.search import SearchBudget, SearchOutcome, best_of, run_search
 from cuda_agent.agent.targets import KernelTarget
@@ -28,10 +28,13 @@ def _launch_written(
     rewrite gives a file that re-reads with the launch it was verified with."""
 
     def proposer(target: KernelTarget) -> list[Candidate]:
-        return [
-            replace(c, source=with_launch(target, c.launch, c.source)) if c.launch is not None else c
-            for c in propose(target)
-        ]
+        written = []
+        for candidate in propose(target):
+            if candidate.launch is not None:
+                sites = write_launch(target, candidate.launch, candidate.source)
+                candidate = replace(candidate, source=sites.text, launch_notes=sites.notes)
+            written.append(candidate)
+        return written
 
     return proposer
 

@@ -7,10 +7,11 @@ import json
 from dataclasses import replace
 
 from cuda_agent.agent.device_source import replace_span
-from cuda_agent.agent.kernels import Span, find_launch_sites
-from cuda_agent.agent.launch_sites import site_config
-from cuda_agent.agent.spec import LaunchSpec, render_spec
-from cuda_agent.agent.targets import KernelTarget, with_block
+from cuda_agent.agent.kernels import Span
+from cuda_agent.agent.launch_sites import SitesWritten, write_launch_sites
+from cuda_agent.agent.spec import KernelSpec, LaunchSpec, render_spec
+from cuda_agent.agent.spec.elsewhere import Neighbours
+from cuda_agent.agent.targets import KernelTarget
 
 
 def _block_text(block: tuple[int, ...]) -> str:
@@ -18,37 +19,10 @@ def _block_text(block: tuple[int, ...]) -> str:
 
 
 def with_launch_block(target: KernelTarget, block: tuple[int, ...]) -> str:
-    """The file with the kernel's block shape changed where the user will look for it: the spec's
-    `block = [...]` value (an inferred spec is written out above the kernel), and `<<<grid, N>>>`
-    launch sites of this kernel whose block is a plain number equal to the old one."""
+    """The file with the kernel's block shape changed where the user will look for it (the spec, and the
+    host code's launches, in their own terms: see with_launch)."""
     assert target.spec is not None
-    old = target.spec.launch.block
-    text = target.source
-    # Edit from the end of the file backwards so earlier byte offsets stay valid.
-    edits = []
-    if len(old) == 1 and len(block) == 1:
-        for site in find_launch_sites(text):
-            if (
-                site.kernel == target.kernel.name
-                and len(site.config) >= 2
-                and site.config[1].strip() == str(old[0])
-            ):
-                edits.append((site.config_span, _config_with_block(site.config, str(block[0]))))
-    if target.spec.inferred:
-        comment = render_spec(with_block(target.spec, block)) + "\n"
-        kernel_start = target.kernel.span
-        edits.append((_empty_span_at(kernel_start), comment))
-    elif target.spec.block_span is not None:
-        edits.append((target.spec.block_span, _block_text(block)))
-    for span, new_text in sorted(edits, key=lambda e: e[0].start_byte, reverse=True):
-        text = replace_span(text, span, new_text)
-    return text
-
-
-def _config_with_block(config: tuple[str, ...], block: str) -> str:
-    parts = [p.strip() for p in config]
-    parts[1] = block
-    return ", ".join(parts)
+    return with_launch(target, replace(target.spec.launch, block=tuple(block)))
 
 
 def _empty_span_at_end(span: Span) -> Span:
@@ -68,24 +42,43 @@ def unified_diff(old: str, new: str, path: str) -> str:
 
 
 def with_launch(target: KernelTarget, launch: LaunchSpec, source: str | None = None) -> str:
+    return write_launch(target, launch, source).text
+
+
+def write_launch(target: KernelTarget, launch: LaunchSpec, source: str | None = None) -> SitesWritten:
     """The file with the kernel's whole launch (block, grid, dynamic shared memory) written where the
     user will look for it: the spec's values, or, for an inferred spec, the spec written out above the
-    kernel. `source` is the file with the kernel already rewritten (the spec comment sits above the
-    kernel, so its positions are the same there); default: the target's own text. A rewrite that changes
-    how many threads cover the data uses this, so re-reading the file gives the launch it was verified
-    with. Host `<<<...>>>` launches of the kernel are rewritten to match where the spec's sizes can be
-    stated in the call's terms (agent/launch_sites.py); others are left as they were."""
+    kernel; and the host code's launches of the kernel (agent/launch_sites.py), with a note for each
+    launch left as it was. `source` is the file with the kernel already rewritten (the spec comment sits
+    above the kernel, so its positions are the same there); default: the target's own text. A rewrite
+    that changes how many threads cover the data uses this, so re-reading the file gives the launch it
+    was verified with, and the program runs it that way."""
     assert target.spec is not None
     text = target.source if source is None else source
     spec = replace(target.spec, launch=launch)
-    edits = _site_edits(text, target, launch)
+    if launch == target.spec.launch:
+        return SitesWritten(text, ())
+    edits: list[tuple[Span, str]] = []
     if target.spec.inferred:
         edits.append((_empty_span_at(target.kernel.span), render_spec(spec) + "\n"))
-        return _applied(text, edits)
-    old = target.spec.launch
-    spans = target.spec.value_spans
-    if target.spec.block_span is not None and launch.block != old.block:
-        edits.append((target.spec.block_span, _block_text(launch.block)))
+    else:
+        edits += _spec_edits(target.spec, launch)
+    written = write_launch_sites(_applied(text, edits), target.spec, target.kernel.name, launch)
+    elsewhere = [f.name for f, _ in Neighbours(target.path).launching(target.kernel.name)]
+    if elsewhere:  # a header's kernel: its launches are in files this edit does not touch
+        block = " × ".join(map(str, launch.block))
+        note = f"{', '.join(elsewhere)} also launch it, unchanged: launch it there with block {block}"
+        written = replace(written, notes=(*written.notes, note))
+    return written
+
+
+def _spec_edits(old_spec: KernelSpec, launch: LaunchSpec) -> list[tuple[Span, str]]:
+    """The written spec's launch values changed to `launch`'s."""
+    edits = []
+    old = old_spec.launch
+    spans = old_spec.value_spans
+    if old_spec.block_span is not None and launch.block != old.block:
+        edits.append((old_spec.block_span, _block_text(launch.block)))
     grid_span = spans.get(("launch", "grid"))
     if grid_span is not None and launch.grid != old.grid:
         edits.append((grid_span, "[" + ", ".join(json.dumps(g) for g in launch.grid) + "]"))
@@ -96,19 +89,6 @@ def with_launch(target: KernelTarget, launch: LaunchSpec, source: str | None = N
             edits.append((shared_span, value))
         elif grid_span is not None:  # not written before: a new line under the grid
             edits.append((_empty_span_at_end(grid_span), f"\nshared_bytes = {value}"))
-    return _applied(text, edits)
-
-
-def _site_edits(text: str, target: KernelTarget, launch: LaunchSpec) -> list[tuple[Span, str]]:
-    assert target.spec is not None
-    if launch == target.spec.launch:
-        return []
-    edits = []
-    for site in find_launch_sites(text):
-        if site.kernel == target.kernel.name:
-            config = site_config(target.spec, target.kernel, launch, site)
-            if config is not None:
-                edits.append((site.config_span, config))
     return edits
 
 

@@ -19,8 +19,17 @@ from cuda_agent.agent.spec import (
     parse_specs,
     resolve,
 )
+from cuda_agent.agent.spec.elsewhere import Neighbours, infer_from_elsewhere
 from cuda_agent.agent.spec.expressions import referenced_names
-from cuda_agent.agent.spec.program import ProgramHost, ProgramPoint, read_program_points, spec_from_points
+from cuda_agent.agent.spec.program import (
+    ProgramHost,
+    ProgramPoint,
+    read_partial_point,
+    read_program_points,
+    spec_from_points,
+    with_program_launch,
+)
+from cuda_agent.agent.spec.resolve import instantiation
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
 from tree_sitter import Tree
 
@@ -35,8 +44,26 @@ class KernelTarget:
 
     @property
     def name_expression(self) -> str:
-        """What to compile and look up: the instantiation for templates, else the name."""
-        return (self.spec.instantiate if self.spec and self.spec.instantiate else None) or self.kernel.name
+        """What to compile and look up: the instantiation for templates (at the spec's block, for an
+        argument that follows it: `rms_norm<block.x>` is `rms_norm<256>`), else the name."""
+        return self.name_expression_at(self.spec.launch.block if self.spec else None)
+
+    def name_expression_at(self, block: Sequence[int] | None, source: str | None = None) -> str:
+        """The name expression of a candidate run with `block`, whose file is `source`: the instantiation
+        its own file's spec writes (what a user applying it gets; the launch tuner may have rewritten a
+        template argument with the block), with the arguments that follow the block evaluated at `block`.
+        This target's spec when the candidate's file has none for the kernel."""
+        spec = self.spec
+        if spec is None or spec.instantiate is None:
+            return self.kernel.name
+        if source is not None and source != self.source:
+            own = load_targets(self.path, source, infer=False).find(self.kernel.name)
+            if own is not None and own.spec is not None and own.spec.instantiate is not None:
+                spec = own.spec
+        try:
+            return instantiation(spec, tuple(block) if block else None) or self.kernel.name
+        except SpecResolveError:  # that block breaks an argument (a division by zero): the compile says so
+            return spec.instantiate
 
     @property
     def compilable(self) -> bool:
@@ -197,6 +224,11 @@ def _inferred(
         signature_spec, note = infer_spec(kernel, text, tree, typedefs)
         if signature_spec is None:
             return None, f"{note}; and from the program: {why}"
+        partial = read_partial_point(kernel, host.program()) if not points else None
+        if partial is not None and partial.unknown:
+            merged = with_program_launch(signature_spec, partial)
+            if merged is not signature_spec:
+                return merged, merged.inference_note
         note = f"{note} (not from the program: {why})"
         return replace(signature_spec, inference_note=note), note
 
@@ -223,6 +255,7 @@ def load_targets(
     failed = {e.kernel for e in errors if e.kernel}
     targets = []
     host: _Host | None = None  # read once, when a kernel needs inferring
+    neighbours: Neighbours | None = None  # the files next to it that launch kernels, listed once
     for kernel in kernels:
         spec = specs.get(kernel.name)
         note = ""
@@ -233,6 +266,11 @@ def load_targets(
         elif spec is None:
             host = host or _Host(text, data, tree, kernels, earlier, earlier_host)
             spec, reason = _inferred(kernel, text, data, tree, host)
+            neighbours = neighbours or Neighbours(path)
+            if kernel.name not in host.dependencies and neighbours.launching(kernel.name):
+                # Nothing here launches it: a header's kernel, launched from the .cu next to it.
+                found, why = infer_from_elsewhere(neighbours, kernel, tree, host.program())
+                spec, reason = (found, why) if found is not None else (spec, f"{reason}; elsewhere: {why}")
             note = (
                 spec.inference_note if spec else f"no spec: {reason}; add a /* cuda-agent ... */ spec comment"
             )

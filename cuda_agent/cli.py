@@ -21,6 +21,7 @@ from rich.syntax import Syntax
 
 from cuda_agent import __version__
 from cuda_agent.agent.candidates import OF_THE_REWRITE, Candidate, CandidateResult
+from cuda_agent.agent.compile_environment import absolute_include_dir, define_problem, flag_problem
 from cuda_agent.agent.engine import Engine, EngineSettings
 from cuda_agent.agent.engine import Progress as JobProgress
 from cuda_agent.agent.llm import LLM_PROPOSER
@@ -76,9 +77,26 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--arch", help="compile for this target (default: the GPU's, else sm_90)")
         p.add_argument("--no-cache", action="store_true", help="ignore and do not store cached results")
 
+    def compile_options(p: argparse.ArgumentParser) -> None:
+        # As a compiler's: repeatable, each checked (and a folder made absolute) where it is typed.
+        group = p.add_argument_group("compiling (besides the file's folder and its compile_commands.json)")
+        group.add_argument(
+            "-I", "--include-dir", dest="include_dirs", action="append", default=[], type=_include_dir,
+            metavar="DIR", help="search DIR for #include files (repeatable)",
+        )  # fmt: skip
+        group.add_argument(
+            "-D", "--define", dest="defines", action="append", default=[], type=_define,
+            metavar="NAME[=VALUE]", help="define a macro (repeatable)",
+        )  # fmt: skip
+        group.add_argument(
+            "--nvcc-flag", dest="nvcc_flags", action="append", default=[], type=_nvcc_flag, metavar="FLAG",
+            help="pass FLAG to the compiler, one word (repeatable): --nvcc-flag=--expt-relaxed-constexpr",
+        )  # fmt: skip
+
     check = sub.add_parser("check", help="discover, compile, verify and time the kernels of a file")
     check.add_argument("file", type=Path)
     check.add_argument("--kernel", help="only this kernel")
+    compile_options(check)
     common(check)
 
     opt = sub.add_parser("optimize", help="search for verified, faster rewrites")
@@ -121,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="wall time of the LLM loop a kernel (default %(default)g s)")
     llm.add_argument("--llm-transcript", type=Path, help="write the LLM sessions' transcripts here (.md)")
     # fmt: on
+    compile_options(opt)
     common(opt)
 
     compare = sub.add_parser("compare", help="verify NEW's kernel against OLD's and time both, interleaved")
@@ -132,6 +151,7 @@ def _parser() -> argparse.ArgumentParser:
         "--sanitize", action=argparse.BooleanOptionalAction, default=False,
         help="check NEW's kernel under compute-sanitizer too, once verified (default: off)",
     )  # fmt: skip
+    compile_options(compare)
     common(compare)
 
     doctor = sub.add_parser("doctor", help="GPU, driver, CUDA, NVRTC, nvcc, CuPy and measured ceilings")
@@ -179,8 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             err.print(f"[bold red]cuda-agent: error:[/] {escape(str(exc))}")
             return 2
     settings = EngineSettings(
-        gpu_index=args.gpu, timeout_s=args.timeout, arch=args.arch, use_cache=not args.no_cache
-    )
+        gpu_index=args.gpu, timeout_s=args.timeout, arch=args.arch, use_cache=not args.no_cache,
+        include_dirs=tuple(getattr(args, "include_dirs", ())), defines=tuple(getattr(args, "defines", ())),
+        nvcc_flags=tuple(getattr(args, "nvcc_flags", ())),
+    )  # fmt: skip
     if args.command == "serve":
         return cmd_serve(settings, args)
     try:
@@ -195,6 +217,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
+
+
+def _include_dir(text: str) -> str:
+    """-I DIR: absolute, against where the user stands; argparse names the option in the error (exit 2)."""
+    try:
+        return absolute_include_dir(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _define(text: str) -> str:
+    if (problem := define_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _nvcc_flag(text: str) -> str:
+    if (problem := flag_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _load(path: Path) -> FileTargets:
@@ -377,6 +419,8 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
         console.print(Syntax(diff, "diff", background_color="default"))
         if best.assumptions:
             console.print("assumes: " + "; ".join(best.assumptions))
+        for note in best.launch_notes:  # the user must launch it the measured way there themselves
+            console.print(f"[yellow]host code: {escape(note)}[/]")
         checked = outcome.best.sanitizer
         if checked is not None:
             style = "green" if checked.passed else "yellow"
@@ -455,7 +499,7 @@ def cmd_compare(engine: Engine, args: argparse.Namespace) -> int:
         proposer="hand-written",
         kernel_name=new.name_expression,
         launch=own_launch,
-        include_dir=str(args.new.parent),
+        include_dir=str(args.new.absolute().parent),  # its #includes resolve there, wherever nvcc runs
     )
     gpu = _gpu_or_explain(engine)
     if gpu is None:

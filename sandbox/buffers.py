@@ -151,9 +151,8 @@ def fill_random(out: cupy.ndarray, argument: ArgumentPlan, seed: int) -> None:
     dist, dtype = argument.distribution, argument.dtype
     if out.size == 0:
         return
-    if dist.kind == "value":
-        value = dist.value if dist.value is not None else 0
-        out.fill(float32_to_bfloat16_bits(np.float32(value))[()] if dtype == "bfloat16" else value)
+    if dist.kind == "value":  # zeros, ones and `fill`: a constant (±inf too), written by a device fill
+        out.fill(constant_of(dtype, dist.value if dist.value is not None else 0))
         return
     s = np.uint64(argument_seed(seed, argument))
     if dist.kind == "integers":
@@ -183,9 +182,27 @@ def draw_scalar(argument: ArgumentPlan, seed: int) -> np.generic:
             value = float(rng.uniform(dist.low, dist.high))
         else:
             value = int(rng.integers(int(dist.low), max(int(dist.low) + 1, int(dist.high))))
-    if argument.dtype == "bfloat16":
+    return constant_of(argument.dtype, value)
+
+
+def constant_of(dtype: str, value: float | int) -> np.generic:
+    """A number as the numpy scalar a buffer or scalar of `dtype` holds (bfloat16: its bit pattern)."""
+    if dtype == "bfloat16":
         return float32_to_bfloat16_bits(np.float32(value))[()]
-    return storage_dtype(argument.dtype).type(value)
+    return storage_dtype(dtype).type(value)
+
+
+def with_launch_scalars(plan: LaunchPlan, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments with the plan's own scalars in place (`value = "block.x"`): each kernel launched
+    gets the values of its own block, whatever set of arguments it is handed."""
+    if not plan.scalars:
+        return args
+    values = list(args)
+    for scalar in plan.scalars:
+        if not 0 <= scalar.position < len(values):
+            raise LaunchError(f"scalar {scalar.name} is argument {scalar.position + 1} of {len(values)}")
+        values[scalar.position] = constant_of(scalar.dtype, scalar.value)
+    return tuple(values)
 
 
 def scalar_value(argument: ArgumentPlan, value: np.generic) -> float | int:
@@ -356,11 +373,13 @@ def kernel_queued() -> bool:
 
 
 def launch(function: Any, plan: LaunchPlan, args: tuple[Any, ...], stream: cupy.cuda.Stream) -> None:
-    """Enqueue one launch on `stream` (no wait). Above 48 KiB of dynamic shared memory needs an opt-in."""
+    """Enqueue one launch on `stream` (no wait). Above 48 KiB of dynamic shared memory needs an opt-in.
+    Every launch (verify, time, replay, sanitizer) comes here, so the plan's own scalars apply to all."""
     global _kernel_queued
     _kernel_queued = True
     if plan.shared_bytes > 48 * 1024:
         cupy.cuda.driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, plan.shared_bytes)
+    args = with_launch_scalars(plan, args)
     function(plan.grid, plan.block, args, shared_mem=plan.shared_bytes, stream=stream)
 
 

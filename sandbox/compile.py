@@ -6,12 +6,14 @@ Nothing is cached here; results are cached by the agent, keyed on source, flags 
 Fallback (backend="auto"): NVRTC first (~50 ms in process). If it fails, for whatever reason, nvcc
 gets the file (~0.3 s; it has host headers, <cstdio>, INFINITY). The first success is the result. If
 both fail, nvcc's diagnostics are reported, as its SARIF output carries columns; NVRTC's only when
-nvcc is not installed.
+nvcc is not installed. Flags that only nvcc takes (--expt-relaxed-constexpr, --extended-lambda) skip
+NVRTC; those of the host compiler (-Xcompiler, -ccbin) NVRTC leaves out (sandbox/nvrtc.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,7 +21,12 @@ from typing import Literal, NamedTuple
 
 from cuda_agent.sandbox.cubin import cubin_entry_names
 from cuda_agent.sandbox.nvcc import compile_with_nvcc, find_nvcc
-from cuda_agent.sandbox.nvrtc import NvrtcError, compile_with_nvrtc, nvrtc_unavailable_reason
+from cuda_agent.sandbox.nvrtc import (
+    NvrtcError,
+    compile_with_nvrtc,
+    nvrtc_rejects,
+    nvrtc_unavailable_reason,
+)
 from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult
 
 Backend = Literal["auto", "nvrtc", "nvcc"]
@@ -38,19 +45,21 @@ def compile_kernel(
     """Compile `source` and return the cubin of `kernel` (a name expression: "relu", "reduce<float, 256>").
 
     `filename` is the user's file: diagnostics in it carry that name. `include_dirs` are searched for
-    `#include "..."`; pass the file's own folder, as the source is compiled from memory or a temp folder.
+    `#include "..."`; pass the file's own folder, as the source is compiled from memory or a temp folder
+    (a relative one is made absolute here, against the current directory: nvcc runs in a temp folder).
     `flags` are passed to the compiler, one argument each ("-O3", "--use_fast_math", "-lineinfo").
     Never raises for bad CUDA: errors come back as `CompileResult(ok=False, diagnostics=...)`.
     """
     start = time.perf_counter()
     if not kernel.strip():
         return CompileResult(False, None, (CompileDiagnostic("error", "no kernel name given"),), backend)
-    options = _Options(filename, arch, tuple(include_dirs), tuple(flags))
+    options = _Options(filename, arch, tuple(os.path.abspath(d) for d in include_dirs), tuple(flags))
     attempts: list[CompileResult] = []
     missing: list[str] = []  # why a backend that was asked for could not run
 
     if backend in ("auto", "nvrtc"):
-        reason = nvrtc_unavailable_reason()
+        # Flags only nvcc takes (--expt-relaxed-constexpr) send the file there at once: NVRTC would refuse.
+        reason = nvrtc_unavailable_reason() or nvrtc_rejects(flags)
         if reason is None:
             attempts.append(_nvrtc_attempt(source, kernel, options))
         else:

@@ -181,7 +181,9 @@ def sarif_results(log: str) -> Iterator[dict[str, Any]]:
     """Each SARIF result object in `log`, read one by one.
 
     nvcc 13.0's SARIF is not always valid JSON (a comma goes missing between results after a
-    remark), so results are decoded where they start rather than the document as a whole.
+    remark), so results are decoded where they start rather than the document as a whole. Within a
+    result, its `relatedLocations` (the candidates of a failed overload resolution) may lack commas
+    too: such a result is decoded without them, which keeps its message and location.
     """
     decoder = json.JSONDecoder()
     position = log.find('{"ruleId"')
@@ -189,11 +191,22 @@ def sarif_results(log: str) -> Iterator[dict[str, Any]]:
         try:
             result, end = decoder.raw_decode(log, position)
         except json.JSONDecodeError:
-            end = position + 1
-        else:
-            if isinstance(result, dict):
-                yield result
+            result, end = _without_related_locations(decoder, log, position), position + 1
+        if isinstance(result, dict):
+            yield result
         position = log.find('{"ruleId"', end)
+
+
+def _without_related_locations(decoder: json.JSONDecoder, log: str, position: int) -> Any:
+    """The result starting at `position`, cut before its `relatedLocations` and closed; None if that fails."""
+    next_result = log.find('{"ruleId"', position + 1)
+    related = log.find(',"relatedLocations"', position, next_result if next_result != -1 else len(log))
+    if related == -1:
+        return None
+    try:
+        return decoder.decode(log[position:related] + "}")
+    except json.JSONDecodeError:
+        return None
 
 
 def _sarif_location(result: dict[str, Any]) -> tuple[str, int | None, int | None] | None:

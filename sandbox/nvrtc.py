@@ -34,6 +34,17 @@ _LOG_NOISE = re.compile(
 )
 # nvcc's host optimisation level; NVRTC rejects it, and device code is optimised at -O3 either way.
 _HOST_OPTIMISATION = re.compile(r"^-O[0-3]$")
+# nvcc options NVRTC does not take, from a compile_commands.json or the user. The host compiler's say nothing
+# about device code and are left out; a system include folder is an include folder to NVRTC. The last kind
+# changes what device code means, so a compile with one goes to nvcc (`nvrtc_rejects`).
+_HOST_COMPILER_OPTIONS = frozenset({"-Xcompiler", "--compiler-options", "-ccbin", "--compiler-bindir"})
+_SYSTEM_INCLUDE_OPTIONS = frozenset({"-isystem", "--system-include"})
+_NVCC_ONLY_OPTIONS = frozenset(
+    {
+        "--expt-relaxed-constexpr", "-expt-relaxed-constexpr", "--expt-extended-lambda",
+        "-expt-extended-lambda", "--extended-lambda", "-extended-lambda",
+    }
+)  # fmt: skip
 _SEVERITY: dict[str, Severity] = {
     "catastrophic error": "error",
     "error": "error",
@@ -94,13 +105,28 @@ def _pathfinder_include_dir() -> str | None:
 
 
 def nvrtc_options(arch: str, include_dirs: Sequence[str], flags: Sequence[str]) -> list[str]:
-    """The NVRTC command line: `flags` as given, less nvcc's host-only -O<n>."""
+    """The NVRTC command line: `flags` as given, less nvcc's host-only ones (-O<n>, -Xcompiler, -ccbin), with
+    -isystem folders searched as include folders after the others."""
     options = [f"-arch={arch}", "--ptxas-options=-v"]
     options += [f"-I{d}" for d in (*include_dirs, *cuda_include_dirs())]
     if not any(f.startswith(("-std", "--std")) for f in flags):
         options.append("-std=c++17")  # what nvcc 13 uses, so both backends read the file alike
-    options += [f for f in flags if not _HOST_OPTIMISATION.match(f)]
+    words = iter(flags)
+    for flag in words:
+        name, equals, value = flag.partition("=")
+        if name in _HOST_COMPILER_OPTIONS or name in _SYSTEM_INCLUDE_OPTIONS:
+            value = value if equals else next(words, "")  # `-Xcompiler -fPIC`: the next word is its value
+            if name in _SYSTEM_INCLUDE_OPTIONS and value:
+                options.append(f"-I{value}")
+        elif not _HOST_OPTIMISATION.match(flag):
+            options.append(flag)
     return options
+
+
+def nvrtc_rejects(flags: Sequence[str]) -> str | None:
+    """Why NVRTC cannot compile with `flags` (an nvcc-only option that changes device code), or None."""
+    refused = next((f for f in flags if f.split("=", 1)[0] in _NVCC_ONLY_OPTIONS), None)
+    return f"NVRTC does not take {refused}" if refused else None
 
 
 def _check(result: Any, call: str) -> None:

@@ -111,10 +111,25 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class LaunchScalar:
+    """A scalar argument whose value follows the launch (a spec's `value = "block.x"`: the tile width or
+    block size a kernel takes as a parameter). It belongs to each kernel's own launch, not to the problem:
+    a candidate tuned to block 512 gets 512 while the original it is checked against keeps its 256."""
+
+    position: int  # in the signature
+    name: str
+    dtype: DType
+    value: int | float
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0
+    # Scalars evaluated with this launch's block; they replace the problem's value of those arguments in
+    # every launch of this plan (sandbox/buffers.py `launch`). The PyTorch oracle sees the problem's.
+    scalars: tuple[LaunchScalar, ...] = ()
 
     @property
     def threads(self) -> int:

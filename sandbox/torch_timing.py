@@ -149,9 +149,7 @@ def time_torch(request: TimeTorchRequest, stream: Any, l2_bytes: int, beat: Beat
         raise BadRequest(str(exc)) from exc
     inputs = _Inputs(problem, stream, torch)
     flush = torch.empty(max(2 * l2_bytes, 32 << 20), dtype=torch.uint8, device="cuda")
-    notes = [
-        f"{note}oracle timed as a function of {', '.join(oracle_parameters(problem))}; {PRECISION_NOTE}"
-    ]
+    notes = [f"{note}oracle timed as a function of {', '.join(oracle_parameters(problem))}; {PRECISION_NOTE}"]
     try:
         return _time_both(request, function, names, inputs, flush, base_seed, notes, beat)
     finally:

@@ -149,6 +149,9 @@ class CudaAgentServer(LanguageServer):
         self.jobs.sanitize = settings.sanitize
         self._configure_llm(settings)
         self.feedback.configure(self.workspace_path, settings.feedback)
+        await self.backend.use_compile_options(
+            settings.include_dirs, settings.defines, settings.nvcc_flags, self.workspace_path
+        )
         if settings.gpu_index != self.backend.gpu_index:
             await self.backend.use_gpu(settings.gpu_index)
             self.gpu_message_shown = False

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from cuda_agent.agent.cache import ResultCache, result_key
@@ -128,6 +130,38 @@ class Backend:
                     self._engine = None
 
             await self._run(close_engine)
+
+    async def use_compile_options(
+        self,
+        include_dirs: Sequence[str],
+        defines: Sequence[str],
+        nvcc_flags: Sequence[str],
+        base: Path | None,
+    ) -> None:
+        """The cudaAgent.includeDirs/defines/nvccFlags settings, for compiles from now on; relative folders
+        are `base`'s (the workspace folder), else the server's current directory, and `~` and
+        `${workspaceFolder}` are read as VS Code users write them. Set on the engine thread, between
+        compiles, so that no compile sees half of them."""
+        root = str(base or os.getcwd())
+        folders = tuple(
+            os.path.normpath(os.path.join(root, os.path.expanduser(d.replace("${workspaceFolder}", root))))
+            for d in include_dirs
+        )
+        settings = replace(
+            self._settings, include_dirs=folders, defines=tuple(defines), nvcc_flags=tuple(nvcc_flags)
+        )
+        if settings == self._settings:
+            return
+
+        def apply() -> None:
+            self._settings = settings
+            if self._engine is not None:
+                self._engine.settings = replace(
+                    self._engine.settings, include_dirs=folders, defines=settings.defines,
+                    nvcc_flags=settings.nvcc_flags,
+                )  # fmt: skip
+
+        await self._run(apply)
 
     async def gpu_status(self) -> GpuStatus:
         """Asked once per process: the probe starts the worker, which costs a process spawn."""

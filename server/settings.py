@@ -5,6 +5,10 @@ Neovim `settings = { cudaAgent = {...} }` table), or as `initializationOptions` 
 clients without configuration support), and again on `workspace/didChangeConfiguration`. A bad value
 keeps the previous one and is reported, naming the setting: the server never fails on a setting.
 
+The compile environment (`includeDirs`, `defines`, `nvccFlags`) is checked like the command line's -I, -D
+and --nvcc-flag; relative include folders are resolved against the workspace folder (server/backend.py), on
+the machine the server runs on.
+
 The LLM proposer's settings sit under `llm` (VS Code sends `cudaAgent.llm.provider` as {"llm": {...}}; the
 flat "llm.provider" spelling is read too). `llm.apiKey` is accepted but never echoed in a message or log.
 """
@@ -13,10 +17,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from cuda_agent.agent.compile_environment import define_problem, flag_problem
 from cuda_agent.agent.llm import LLM_PROPOSER
 from cuda_agent.agent.llm.settings import PROVIDER_ENV, PROVIDERS, LlmSettings, settings_from_env
 from cuda_agent.agent.optimize import PROPOSER_NAMES, PROPOSERS
@@ -47,6 +52,9 @@ class ServerSettings:
     proposers: tuple[str, ...] = ()  # () = every offline proposer
     feedback: bool = True  # log shown/accepted/rejected suggestions for training
     sanitize: bool = True  # check a rewrite under compute-sanitizer before it is shown
+    include_dirs: tuple[str, ...] = ()  # as written: relative ones are the workspace folder's
+    defines: tuple[str, ...] = ()  # NAME or NAME=VALUE
+    nvcc_flags: tuple[str, ...] = ()
     llm: LlmSettings = field(default_factory=default_llm)
 
     @property
@@ -110,6 +118,27 @@ def _flag(value: Any) -> bool:
     return value
 
 
+def _strings(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of {what}, got {value!r}")
+    return [v.strip() for v in value if v.strip()]  # "" is an unfilled row of VS Code's list editor
+
+
+def _include_dirs(value: Any) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_strings(value, "folders")))
+
+
+def _checked(what: str, problem: Callable[[str], str | None]) -> Any:
+    def read(value: Any) -> tuple[str, ...]:
+        items = _strings(value, what)
+        problems = [p for p in map(problem, items) if p is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return tuple(items)
+
+    return read
+
+
 _FIELDS: dict[str, tuple[str, Any]] = {
     "trigger": ("trigger", _trigger),
     "idleSeconds": ("idle_seconds", _seconds(600.0)),
@@ -118,6 +147,9 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "proposers": ("proposers", _proposers),
     "feedback": ("feedback", _flag),
     "sanitize": ("sanitize", _flag),
+    "includeDirs": ("include_dirs", _include_dirs),
+    "defines": ("defines", _checked("macro definitions (NAME or NAME=VALUE)", define_problem)),
+    "nvccFlags": ("nvcc_flags", _checked("compiler flags", flag_problem)),
 }
 # Keys a client may send that are not settings of the server (read elsewhere, or by the extension).
 _NOT_OURS = frozenset({"token", "interpreter", "server"})

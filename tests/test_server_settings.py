@@ -47,7 +47,7 @@ def test_settings_are_read_field_by_field_and_bad_values_keep_the_previous_one()
         "cudaAgent.gpuIndex: expected a GPU index (0, 1, …), got -1; keeping 0",
         "cudaAgent.feedback: expected true or false, got 'yes'; keeping True",
         "cudaAgent.colour: not a setting (settings: trigger, idleSeconds, gpuIndex, searchBudgetSeconds, "
-        "proposers, feedback, sanitize)",
+        "proposers, feedback, sanitize, includeDirs, defines, nvccFlags)",
     ]
     _, problems = read_settings({"proposers": ["warp-magic"]}, settings)
     assert problems[0].startswith("cudaAgent.proposers: unknown proposer 'warp-magic' (known: ")

@@ -328,7 +328,8 @@ def test_block_limits_and_grid_rank():
 def test_grid_may_use_the_block_but_sizes_may_not():
     error = the_error(vector_spec(sizes='[sizes]\nn = "block.x * 4"\n'))
     assert error.message == (
-        'n = "block.x * 4": the block shape (block.x/y/z) is only known in [launch] grid and shared_bytes'
+        'n = "block.x * 4": the block shape (block.x/y/z) is only known in [launch] grid and shared_bytes, '
+        "a scalar's value and instantiate"
     )
 
 

@@ -222,12 +222,17 @@ def test_load_targets_prefers_the_program_and_falls_back_to_the_signature_with_t
     (target,) = load_targets(path).targets
     assert target.spec is not None and target.spec.sizes == {"rows": 8192, "cols": 4096}
     assert target.note.startswith("spec inferred from the launch in launch_rmsnorm()")
-    # Sizes only known at run time: the signature's defaults, saying why the program was not followed.
+    # Sizes only known at run time: the signature's default sizes, saying why, and what the program does
+    # state (its block, its grid over the sizes, the literal eps) kept.
     runtime = RMSNORM.replace("const int rows = N_ROWS, cols = kCols;", 'int rows = atoi("8"), cols = kCols;')
     path.write_text(runtime)
     (target,) = load_targets(path).targets
     assert target.spec is not None and target.spec.sizes == {"rows": 4096, "cols": 4096}
-    assert "not from the program: " in target.note and "read at run time" in target.note
+    assert "read at run time" in target.note and "the sizes are defaults" in target.note
+    assert target.spec.launch.block == (128,)
+    assert target.spec.launch.grid == ("(rows + block.x - 1) // block.x",)
+    eps = target.spec.argument("eps")
+    assert eps is not None and eps.value == 1e-6
 
 
 def test_a_typedef_of_bfloat16_reaches_the_signature_inference(tmp_path: Path) -> None:

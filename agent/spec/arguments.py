@@ -3,11 +3,12 @@ checked against the signature (pointer or value, const, C type)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from cuda_agent.agent.kernels import Kernel, Parameter
-from cuda_agent.agent.spec.checks import Checker, as_written
+from cuda_agent.agent.spec.checks import Checker, as_written, value_label
 from cuda_agent.agent.spec.dtypes import (
     DTYPE_ALIASES,
     DTYPES,
@@ -16,9 +17,11 @@ from cuda_agent.agent.spec.dtypes import (
     dtype_of_c_type,
     is_float,
 )
-from cuda_agent.agent.spec.expressions import describe, suggest
+from cuda_agent.agent.spec.expressions import ExpressionError, describe, parse_real_expression, suggest
 from cuda_agent.agent.spec.model import (
     DISTRIBUTIONS,
+    FLOAT_MAX,
+    INFINITIES,
     ROLES,
     ArgumentSpec,
     InitSpec,
@@ -27,7 +30,9 @@ from cuda_agent.agent.spec.model import (
 )
 
 ARGUMENT_KEYS = ("role", "dtype", "shape", "init", "value", "may_alias")
-INIT_KEYS = ("dist", "mean", "std", "low", "high")
+INIT_KEYS = ("dist", "mean", "std", "low", "high", "fill")
+# What a fill may be, for messages.
+FILL_FORMS = 'a number, "inf", "-inf" or an expression of the sizes'
 # Which of those each distribution reads; zeros and ones are constant fills (accumulators start at 0).
 INIT_PARAMETERS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "integers": ("low", "high")}
 
@@ -114,6 +119,15 @@ class ArgumentChecker(Checker):
             if "value" in entry:
                 self.issue(
                     (*path, "value"), f"only scalars have a value; {name} is a buffer: use init", key=True
+                )
+            init_table = entry.get("init")
+            if role == "output" and isinstance(init_table, dict) and "fill" in init_table:
+                # A fill is a start value the kernel reads (a running maximum): an output would never see it.
+                self.issue(
+                    (*path, "init", "fill"),
+                    f"{name} is an output: outputs are not filled but poisoned before every run, to catch "
+                    'unwritten elements; a buffer the kernel reads before writing it is role = "inout"',
+                    key=True,
                 )
             init = self.init(entry.get("init"), dtype, (*path, "init"))
         may_alias = entry.get("may_alias")
@@ -245,7 +259,8 @@ class ArgumentChecker(Checker):
             self.issue(path, f"{path[1]} is {dtype}: its value must be an integer, not {value}")
             return None
         why = f"{path[1]} is {dtype}, an integer"
-        result = self.value_expression(path, value, integer_only=integer, why=why)
+        # A value may follow the launch (`value = "block.x"`): each kernel then gets its own block's.
+        result = self.value_expression(path, value, integer_only=integer, why=why, allow_block=True)
         if result is not None and dtype in INTEGER_RANGE:
             self.check_range(path, self.evaluate(result), dtype, what=f"the value of {path[1]}")
         return result
@@ -269,13 +284,20 @@ class ArgumentChecker(Checker):
             self.issue(
                 path,
                 f'init is "normal", "uniform", "integers" or a table such as '
-                f'{{ dist = "uniform", low = -1, high = 1 }}; got {describe(value)}',
+                f'{{ dist = "uniform", low = -1, high = 1 }} or {{ fill = "-inf" }}; got {describe(value)}',
             )
             return None
+        if "fill" in table:
+            return self.fill(table, dtype, path)
         dist = table.get("dist") or self.default_dist(table, dtype)
         dist_path = (*path, "dist") if isinstance(value, dict) else path
+        if dist == "fill":
+            self.issue(
+                dist_path, 'a constant fill is written init = { fill = 0.5 } (or "-inf"), without dist'
+            )
+            return None
         if dist not in DISTRIBUTIONS:
-            hint = suggest(str(dist), DISTRIBUTIONS) or f" ({', '.join(DISTRIBUTIONS)})"
+            hint = suggest(str(dist), DISTRIBUTIONS) or f" ({', '.join(DISTRIBUTIONS)}, or {{ fill = 0.5 }})"
             self.issue(dist_path, f"unknown distribution {dist!r}{hint}")
             return None
         if not is_float(dtype) and dist in ("normal", "uniform"):
@@ -307,6 +329,79 @@ class ArgumentChecker(Checker):
         if dist in ("uniform", "integers"):
             self.check_bounds(path, values["low"], values["high"], dtype, real=not integer_bounds)
         return InitSpec(dist, values["mean"], values["std"], values["low"], values["high"])  # type: ignore[arg-type]
+
+    def fill(self, table: Mapping[str, Any], dtype: str, path: KeyPath) -> InitSpec | None:
+        """`init = { fill = ... }`: every element the same number. Floats take a number (an integer is a
+        fine float), "inf", "-inf" (or TOML's bare inf/-inf) or a real expression of the sizes; integer
+        dtypes an integer or an integer expression, within the dtype's range."""
+        before = len(self.issues)
+        for key in table:
+            if key != "fill" and key in INIT_KEYS:
+                self.issue((*path, key), f"{key} does not apply to a constant fill: remove it", key=True)
+        written, fill_path = table["fill"], (*path, "fill")
+        checked = self.fill_value(written, dtype, fill_path)
+        if checked is None or len(self.issues) > before:
+            return None
+        return InitSpec("fill", fill=checked)
+
+    def fill_value(self, written: Any, dtype: str, path: KeyPath) -> ValueExpr | None:
+        """The fill as written, checked against the dtype; None after reporting."""
+        label = value_label(path)
+        if isinstance(written, bool) or not isinstance(written, (int, float, str)):
+            self.issue(path, f"{label} must be {FILL_FORMS}, not {describe(written)}")
+            return None
+        if (isinstance(written, float) and math.isnan(written)) or str(written).strip().lower() == "nan":
+            self.issue(
+                path,
+                f"{label} is NaN: every result computed from it is NaN, which matches NaN whatever the "
+                'kernel does, so nothing would be checked; fill with a number, "inf" or "-inf"',
+            )
+            return None
+        infinite = (isinstance(written, float) and math.isinf(written)) or (
+            isinstance(written, str) and written.strip() in INFINITIES
+        )
+        if is_float(dtype):
+            return written if infinite else self.float_fill(written, dtype, path)
+        if infinite:
+            low, high = INTEGER_RANGE[dtype]
+            self.issue(path, f"{dtype} has no infinity: fill with an integer in [{low}, {high}]")
+            return None
+        return self.integer_fill(written, dtype, path)
+
+    def integer_fill(self, written: int | float | str, dtype: str, path: KeyPath) -> ValueExpr | None:
+        """An integer or an integer expression, within the dtype's range."""
+        if isinstance(written, float):
+            self.issue(path, f"{path[1]} is {dtype}: its fill must be an integer, not {written}")
+            return None
+        why = f"{path[1]} is {dtype}: its fill is an integer"
+        result = self.value_expression(path, written, integer_only=True, why=why)
+        if result is not None:
+            self.check_range(path, self.evaluate(result), dtype, what=f"the fill of {path[1]}")
+        return result
+
+    def float_fill(self, written: int | float | str, dtype: str, path: KeyPath) -> ValueExpr | None:
+        """A finite number or a real expression, within the dtype's finite range (beyond it the store
+        would make it infinity, which is "inf" to write)."""
+        if isinstance(written, str):
+            try:
+                parse_real_expression(written, self.size_names)
+            except ExpressionError as error:  # the usual message, and what a fill may be
+                hint = f" (a fill is {FILL_FORMS})"
+                self.written_issue(
+                    path, written, ExpressionError(error.message + hint, error.start, error.end)
+                )
+                return None
+        result = self.value_expression(path, written, integer_only=False)
+        number = self.evaluate(result, real=True) if result is not None else None
+        limit = FLOAT_MAX[dtype]
+        if number is not None and abs(number) > limit:
+            self.issue(
+                path,
+                f"{as_written(path, written)} is {number:g}, beyond {dtype}'s largest number ({limit:g}): "
+                'it would be stored as infinity; write "inf" or "-inf" if that is meant',
+            )
+            return None
+        return result
 
     @staticmethod
     def default_dist(table: Mapping[str, Any], dtype: str) -> str:

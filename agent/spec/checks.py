@@ -55,6 +55,9 @@ class Checker:
         self.size_names: list[str] = []  # every declared size, valid or not (avoids cascades of "unknown")
         self.sizes: dict[str, int] = {}  # those that evaluated
         self.template_types: dict[str, str] = {}  # template type parameter -> C type of the instantiation
+        # The block as written, when it is a valid one: what a scalar's `value = "block.x"` is checked at
+        # (the launch is validated after the arguments, and reports a bad block itself).
+        self.launch_block: tuple[int, ...] = ()
         self.misspelled: set[KeyPath] = set()  # keys an unknown key probably meant: not reported missing
 
     # --- reporting -------------------------------------------------------------------------------------
@@ -130,7 +133,7 @@ class Checker:
                 )
             return None
         values: dict[str, int] = dict(self.sizes)
-        values.update({f"block.{axis}": (block[i] if i < len(block) else 1) for i, axis in enumerate("xyz")})
+        values.update(block_values(block))
         if minimum is not None and all(name in values for name in expression.names):
             try:
                 result = expression.evaluate(values)
@@ -142,34 +145,52 @@ class Checker:
         return expression.text
 
     def value_expression(
-        self, path: KeyPath, value: Any, *, integer_only: bool, why: str | None = None
+        self,
+        path: KeyPath,
+        value: Any,
+        *,
+        integer_only: bool,
+        why: str | None = None,
+        allow_block: bool = False,
     ) -> ValueExpr | None:
         """A number as written, or an expression string (validated): an integer expression when
-        `integer_only`, else a real one (float literals, `/`, sqrt, ...). Returns it as written."""
+        `integer_only`, else a real one (float literals, `/`, sqrt, ...); `allow_block`: it may use the
+        launch's block (a scalar's value). Returns it as written."""
         if isinstance(value, float) and not integer_only:
             if not math.isfinite(value):
                 self.issue(path, f"{value_label(path)} is {value}: it must be a finite number")
                 return None
             return value
         if integer_only and (isinstance(value, str) or is_int(value)):
-            text = self.integer(path, value, minimum=None, why=why)
+            text = self.integer(
+                path, value, minimum=None, why=why, allow_block=allow_block, block=self.launch_block
+            )
             return None if text is None else value
         if not integer_only and (isinstance(value, str) or is_int(value)):
-            return value if self.real(path, value) else None
+            return value if self.real(path, value, allow_block=allow_block) else None
         kind = "an integer or an expression of the sizes" if integer_only else "a number or an expression"
         self.issue(path, f"{value_label(path)} must be {kind}, not {describe(value)}")
         return None
 
-    def real(self, path: KeyPath, value: str | int) -> bool:
-        """Validate a real expression and evaluate it at the benchmark sizes; False after reporting."""
+    def real(self, path: KeyPath, value: str | int, *, allow_block: bool = False) -> bool:
+        """Validate a real expression and evaluate it at the benchmark sizes (and the written block);
+        False after reporting."""
         try:
-            expression = parse_real_expression(value, self.size_names)
-            if expression.names <= self.sizes.keys():
-                expression.evaluate_real(self.sizes)
+            expression = parse_real_expression(value, self.size_names, allow_block=allow_block)
+            values = self.values()
+            if expression.names <= values.keys():
+                expression.evaluate_real(values)
         except ExpressionError as error:
             self.written_issue(path, value, error)
             return False
         return True
+
+    def values(self) -> dict[str, int]:
+        """The benchmark sizes, and block.x/y/z when the block is known: what expressions evaluate at."""
+        values: dict[str, int] = dict(self.sizes)
+        if self.launch_block:
+            values.update(block_values(self.launch_block))
+        return values
 
     def written_issue(self, path: KeyPath, value: object, error: ExpressionError) -> None:
         """An error in the expression `value`, shown with it ('rows = "n / 2": ...'); inside a string it
@@ -181,15 +202,22 @@ class Checker:
         )
 
     def evaluate(self, value: ValueExpr, *, real: bool = False) -> float | int | None:
-        """The value at the benchmark sizes, or None when it cannot be known (an invalid size)."""
+        """The value at the benchmark sizes (and the written block), or None when it cannot be known (an
+        invalid size, an invalid block)."""
         if not isinstance(value, str):
             return value
+        values = self.values()
         try:
             if real:
-                return parse_real_expression(value, self.sizes).evaluate_real(self.sizes)
-            return parse_expression(value, self.sizes).evaluate(self.sizes)
+                return parse_real_expression(value, values, allow_block=True).evaluate_real(values)
+            return parse_expression(value, values, allow_block=True).evaluate(values)
         except ExpressionError:
             return None
+
+
+def block_values(block: tuple[int, ...]) -> dict[str, int]:
+    """block.x/y/z of a block of 1 to 3 dims (missing ones are 1), as expressions name them."""
+    return {f"block.{axis}": (block[i] if i < len(block) else 1) for i, axis in enumerate("xyz")}
 
 
 def value_label(path: KeyPath) -> str:

@@ -111,13 +111,27 @@ def parse_expression(
     return _parse_cached(str(text), tuple(dict.fromkeys(names)), allow_block, what, why, False)
 
 
-def parse_real_expression(text: str | int | float, names: Iterable[str]) -> Expression:
-    """Parse and validate a real expression (a float scalar's value, a float init's mean/std/low/high):
-    numbers, sizes, + - * / // % ** << >>, ceil_div, cdiv, min, max, sqrt, exp, log, log2, abs, pi.
-    Raises ExpressionError at the offending token."""
+def parse_real_expression(
+    text: str | int | float, names: Iterable[str], *, allow_block: bool = False
+) -> Expression:
+    """Parse and validate a real expression (a float scalar's value, a float init's mean/std/low/high/fill):
+    numbers, sizes, + - * / // % ** << >>, ceil_div, cdiv, min, max, sqrt, exp, log, log2, abs, pi;
+    `allow_block` admits block.x/y/z (a scalar's value). Raises ExpressionError at the offending token."""
     if isinstance(text, bool) or not isinstance(text, (int, float, str)):
         raise ExpressionError(f"expected a number or an expression string, not {describe(text)}")
-    return _parse_cached(str(text), tuple(dict.fromkeys(names)), False, "size", None, True)
+    return _parse_cached(str(text), tuple(dict.fromkeys(names)), allow_block, "size", None, True)
+
+
+def uses_block(expression: Expression) -> bool:
+    """Whether the expression reads the launch's block (block.x/y/z): its value is then the launch's."""
+    return not expression.names.isdisjoint(BLOCK_NAMES)
+
+
+def mentions_block(text: str) -> bool:
+    """Whether `text` (which may not parse as an expression) writes the name `block`: a C++ template
+    argument meant to follow the block, as opposed to one such as `float` or `Pair<int, 2>`."""
+    names = _name_tokens(text)
+    return "block" in names if names is not None else "block" in text
 
 
 def referenced_names(text: str | int, names: Iterable[str]) -> frozenset[str]:
@@ -266,7 +280,10 @@ class _Checker(ast.NodeVisitor):
         raise self.fail(node, f"unknown {self.what} '{node.id}' ({self.what}s are: {known}){hint}")
 
     def _no_block(self) -> str:
-        return "the block shape (block.x/y/z) is only known in [launch] grid and shared_bytes"
+        return (
+            "the block shape (block.x/y/z) is only known in [launch] grid and shared_bytes, "
+            "a scalar's value and instantiate"
+        )
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.value, ast.Name) and node.value.id == "block":

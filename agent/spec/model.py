@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -21,18 +22,32 @@ ValueExpr = int | float | str
 KeyPath = tuple[str | int, ...]
 
 
+# A constant fill's infinities, as a spec writes them (`fill = "-inf"`); TOML's bare `-inf` is a float.
+INFINITIES = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
+# The largest finite number of each float dtype: a fill beyond it would be stored as infinity.
+FLOAT_MAX = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+}
+
+
 @dataclass(frozen=True)
 class InitSpec:
     """How an input is drawn. mean/std/low/high may be expressions of the sizes (e.g. integers in
     [0, cols), std = "1 / sqrt(cols)").
 
-    zeros/ones fill every element with 0/1 (an accumulator that the kernel adds into)."""
+    zeros/ones fill every element with 0/1 (an accumulator that the kernel adds into); dist "fill" fills
+    every element with `fill` (`init = { fill = "-inf" }`: a running maximum's start), a number, "inf",
+    "-inf" or an expression of the sizes."""
 
-    dist: Literal["normal", "uniform", "integers", "zeros", "ones"] = "normal"
+    dist: Literal["normal", "uniform", "integers", "zeros", "ones", "fill"] = "normal"
     mean: ValueExpr = 0.0
     std: ValueExpr = 1.0
     low: ValueExpr = 0
     high: ValueExpr = 1
+    fill: ValueExpr | None = None  # dist "fill" only: as written
 
     @staticmethod
     def default(dtype: str, dist: str | None = None) -> InitSpec:
@@ -50,7 +65,9 @@ class ArgumentSpec:
     dtype: str  # canonical: float32, float16, ..., uint64
     shape: tuple[str, ...] = ()  # expressions of the sizes; () for scalars
     init: InitSpec | None = None
-    value: ValueExpr | None = None  # scalars with a fixed value
+    # Scalars with a fixed value: of the sizes, or of the launch too (`value = "block.x"`, a tile width the
+    # kernel takes as a parameter), then evaluated with each kernel's own block (LaunchPlan.scalars).
+    value: ValueExpr | None = None
     may_alias: str | None = None  # an output that may share memory with this input (in-place kernels)
 
     @property
@@ -80,7 +97,9 @@ class KernelSpec:
     launch: LaunchSpec
     sizes: dict[str, int] = field(default_factory=dict)  # benchmark sizes, evaluated, in declaration order
     size_expressions: dict[str, str] = field(default_factory=dict)  # as written, to re-derive at other sizes
-    instantiate: str | None = None  # "softmax<float, 256>" for templated kernels
+    # "softmax<float, 256>" for templated kernels; a value argument may follow the block ("k<block.x>"), and
+    # is then evaluated at each launch's block (`instantiation` in resolve.py).
+    instantiate: str | None = None
     verify_sizes: tuple[dict[str, int], ...] = ()  # as written: only the sizes that differ from the benchmark
     oracle: dict[str, str] | None = (
         None  # output name -> PyTorch expression; outputs left out: the original's
@@ -93,6 +112,10 @@ class KernelSpec:
     reduction: str | None = None  # length of the reductions behind each output element (scales tolerances)
     flops: str | None = None
     bytes_moved: str | None = None  # `bytes` in the spec; default: inputs once + outputs once (inout twice)
+    # Compiler settings of this kernel's file, as written: extra flags (`-DUSE_FAST=1`) and include folders
+    # relative to the .cu file's folder. The compile step adds them to its own.
+    flags: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
     inferred: bool = False
     inference_note: str = ""
     # Where it came from, for diagnostics and in-place edits; not part of what the spec means.

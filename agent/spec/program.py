@@ -16,6 +16,7 @@ allocated elsewhere) is a reason; the caller then falls back to the signature-ba
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import math
@@ -48,6 +49,7 @@ RUNTIME_CALLS = frozenset({"atoi", "atol", "atoll", "strtol", "strtoul", "stoi",
 RUNTIME_NAMES = frozenset({"argc", "argv"})
 CEIL_DIVS = frozenset({"ceil_div", "cdiv", "div_up", "divup", "DIV_UP", "CEIL_DIV", "ceildiv", "iDivUp"})
 MIN_MAX = {"min": "min", "max": "max", "std::min": "min", "std::max": "max", "fminf": None, "fmaxf": None}
+_VECTORS = frozenset({"vector", "device_vector", "host_vector"})
 _ALLOCATORS = frozenset({"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocHost"})
 _INTEGER = re.compile(r"^(0[xX][0-9a-fA-F']+|0[bB][01']+|[0-9']+)[uUlL]*$")
 
@@ -76,12 +78,15 @@ class ProgramHost:
     level and by looking up names' bytes, never by walking every function body (a 5,000-line file is
     analysed on every keystroke)."""
 
-    def __init__(self, tree: Tree, data: bytes) -> None:
+    def __init__(self, tree: Tree, data: bytes, place: str = "") -> None:
         self.tree, self.data = tree, data
+        self.place = place  # " of runner.cu" where the launches are in another file than the kernel
         self._define_texts: dict[str, tuple[str, int]] = {}  # name -> (value text, line); parsed when used
+        self._define_spans: dict[str, tuple[int, int]] = {}  # name -> its value's bytes, spaces trimmed
         self._defines: dict[str, _Definition] = {}
         self.constants: dict[str, _Definition] = {}
         self.typedefs: dict[str, str] = {}
+        self.structs: dict[str, list[str]] = {}  # struct name -> its fields, in order
         self.functions: dict[str, Node] = {}
         self._globals: list[bytes] = []  # the texts of the file-level declarations, for the digest
         # Byte ranges inference reads outside kernels: the declarations, and (as dependencies() meets them)
@@ -198,6 +203,13 @@ class ProgramHost:
                 self._dim3(child, self.constants, ("global",), None)
             elif kind == "type_definition":
                 self._typedef(child)
+                inner = child.child_by_field_name("type")
+                names = [self.text(d) for d in child.children_by_field_name("declarator")]
+                if inner is not None and inner.type == "struct_specifier":
+                    for name in names:
+                        self._struct(inner, name)
+            elif kind == "struct_specifier":
+                self._struct(child, self.text(child.child_by_field_name("name")))
             elif kind == "alias_declaration":
                 name, alias = child.child_by_field_name("name"), child.child_by_field_name("type")
                 if name is not None and alias is not None:
@@ -212,10 +224,43 @@ class ProgramHost:
                 body = child.child_by_field_name("body")
                 self._scan(body if body is not None else child)
 
+    def _struct(self, node: Node, name: str) -> None:
+        """A struct's field names in declaration order (`MlpConfig cfg{4096, 11008}` sets them in order)."""
+        body = node.child_by_field_name("body")
+        if not name or body is None:
+            return
+        fields = [
+            self.text(declarator)
+            for declaration in body.named_children
+            if declaration.type == "field_declaration"
+            for declarator in declaration.children_by_field_name("declarator")
+            if declarator.type == "field_identifier"
+        ]
+        self.structs[name] = fields
+        self.relevant.append((node.start_byte, node.end_byte))
+        self._globals.append(self.data[node.start_byte : node.end_byte])
+
     def _define(self, node: Node) -> None:
         name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
         if name is not None and value is not None:
             self._define_texts[self.text(name)] = (self.text(value).strip(), node.start_point[0] + 1)
+            raw = self.data[value.start_byte : value.end_byte]
+            start = value.start_byte + len(raw) - len(raw.lstrip())
+            self._define_spans[self.text(name)] = (start, start + len(raw.strip()))
+
+    def include(self, header: ProgramHost) -> None:
+        """Take the #defines, constants and type aliases of a header this file includes (the kernel's own
+        file, when the launches are here); this file's own win."""
+        for name, value in header._define_texts.items():
+            self._define_texts.setdefault(name, value)
+        for name, definition in header.constants.items():
+            self.constants.setdefault(name, definition)
+        for name, alias in header.typedefs.items():
+            self.typedefs.setdefault(name, alias)
+
+    def define_value_span(self, name: str) -> tuple[int, int] | None:
+        """The bytes of `#define NAME value`'s value in the file (to write a new value there)."""
+        return self._define_spans.get(name)
 
     def define(self, name: str) -> _Definition | None:
         """A `#define NAME value` as a definition, its value parsed as an expression on first use."""
@@ -530,7 +575,7 @@ class _Translation:
     def _expression(self, node: Node, scope: _Scope | None) -> str:
         kind, text = node.type, self.file.text(node)
         if kind == "number_literal":
-            return str(_integer(text))
+            return str(_integer(text) if _INTEGER.match(text.replace("'", "")) else _whole(text))
         if kind == "parenthesized_expression":
             return f"({self.expression(node.named_children[0], scope)})"
         if kind in ("cast_expression",):
@@ -585,20 +630,47 @@ class _Translation:
             node.child_by_field_name("argument"),
             self.file.text(node.child_by_field_name("field")),
         )
-        if argument is None or argument.type != "identifier" or name not in ("x", "y", "z"):
+        if argument is None or argument.type != "identifier":
             raise NotFollowed(f"{self.file.text(node)!r}")
         definition = scope.lookup(self.file.text(argument)) if scope is not None else None
         if definition is None:
             raise NotFollowed(f"{self.file.text(argument)} is not defined before the launch")
+        if name not in ("x", "y", "z"):
+            aggregate = _aggregate(definition)
+            if aggregate is not None:
+                return self.member(aggregate, name, node)
+            raise NotFollowed(f"{self.file.text(node)!r}")
         axis = "xyz".index(name)
         if definition.key in self.block:
             dims = self.block[definition.key]
             return dims[axis] if axis < len(dims) else "1"
+        if definition.dims is None and (aggregate := _aggregate(definition)) is not None:
+            return self.member(aggregate, name, node)  # a struct's field named x, y or z
         if definition.dims is None:
             raise NotFollowed(f"{self.file.text(node)!r}: {self.file.text(argument)} is not a dim3")
         if axis >= len(definition.dims):
             return "1"
         inner = self.expression(definition.dims[axis], definition.scope)
+        return inner if _atomic(inner) else f"({inner})"
+
+    def member(self, definition: _Definition, name: str, node: Node) -> str:
+        """`cfg.hidden_size` of `const MlpConfig cfg{4096, 11008};` (in field order, or designated)."""
+        assert definition.value is not None
+        elements = [e for e in definition.value.named_children if e.type != "comment"]
+        for element in elements:  # `{.hidden_size = 4096, ...}`
+            if element.type == "initializer_pair":
+                designator = element.child_by_field_name("designator")
+                if designator is not None and self.file.text(designator).lstrip(".") == name:
+                    value = element.child_by_field_name("value")
+                    if value is not None:
+                        return self._atomic_expression(value, definition.scope)
+        fields = self.file.structs.get(_base_type(definition.c_type), [])
+        if name not in fields or fields.index(name) >= len(elements):
+            raise NotFollowed(f"{self.file.text(node)!r}: the program does not say which value {name} has")
+        return self._atomic_expression(elements[fields.index(name)], definition.scope)
+
+    def _atomic_expression(self, node: Node, scope: _Scope | None) -> str:
+        inner = self.expression(node, scope)
         return inner if _atomic(inner) else f"({inner})"
 
     def subscript(self, node: Node, scope: _Scope | None) -> str:
@@ -631,6 +703,13 @@ class _Translation:
         callee = self.file.text(node.child_by_field_name("function"))
         listed = node.child_by_field_name("arguments")
         arguments = [a for a in listed.named_children if a.type != "comment"] if listed is not None else []
+        if callee.split("::")[-1] in ("ceil", "ceilf") and len(arguments) == 1:
+            quotient = _unwrapped(arguments[0])
+            if quotient.type == "binary_expression" and _text_of(quotient, "operator", self.file) == "/":
+                # `ceil(n / 16.0)`, `(int)ceil((float)n / BLOCK)`: how people write a ceiling division.
+                a = self.expression(quotient.child_by_field_name("left"), scope)  # type: ignore[arg-type]
+                b = self.expression(quotient.child_by_field_name("right"), scope)  # type: ignore[arg-type]
+                return f"ceil_div({a}, {b})"
         if callee.split("::")[-1] in CEIL_DIVS and len(arguments) == 2:
             a, b = (self.expression(x, scope) for x in arguments)
             return f"ceil_div({a}, {b})"
@@ -639,6 +718,19 @@ class _Translation:
             return f"{spelled}({', '.join(self.expression(x, scope) for x in arguments)})"
         if callee in ("int", "size_t", "unsigned", "static_cast<int>", "static_cast<size_t>") and arguments:
             return self.expression(arguments[0], scope)
+        function = node.child_by_field_name("function")
+        if function is not None and function.type == "field_expression" and not arguments:
+            owner = function.child_by_field_name("argument")
+            method = self.file.text(function.child_by_field_name("field"))
+            definition = scope.lookup(self.file.text(owner)) if scope and owner else None
+            if (
+                method in ("size", "numel")
+                and definition is not None
+                and definition.value is not None
+                and _base_type(definition.c_type).split("<")[0].split("::")[-1] in _VECTORS
+            ):
+                # `std::vector<float> h(n)` ... `h.size()`: the count it was constructed with.
+                return self._atomic_expression(definition.value, definition.scope)
         if callee.split("::")[-1] in RUNTIME_CALLS:
             raise NotFollowed(f"{self.file.text(node)!r} is read at run time")
         raise NotFollowed(f"the call {self.file.text(node)!r}")
@@ -678,6 +770,28 @@ def _integer(text: str) -> int:
     return int(digits)
 
 
+def _unwrapped(node: Node) -> Node:
+    """Without parentheses and casts around it."""
+    while node.type in ("parenthesized_expression", "cast_expression"):
+        cast = node.type == "cast_expression"
+        inner = node.child_by_field_name("value") if cast else node.named_children[0]
+        if inner is None:
+            break
+        node = inner
+    return node
+
+
+def _whole(text: str) -> int:
+    """`16.0` or `16.f` where a count is meant (`ceil(n / 16.0)`): the integer it is; else not followed."""
+    try:
+        value = _float(text)
+    except ValueError:
+        raise NotFollowed(f"{text} is not a number") from None
+    if not value.is_integer():
+        raise NotFollowed(f"{text} is not a whole number")
+    return int(value)
+
+
 def _float(text: str) -> float:
     return float(text.rstrip("fFlL").replace("'", ""))
 
@@ -698,9 +812,9 @@ def _bare(text: str) -> str:
     return text
 
 
-def _value(expression: str) -> int:
+def _value(expression: str, sizes: Mapping[str, int] | None = None) -> int:
     try:
-        return parse_expression(expression, [], allow_block=False).evaluate({})
+        return parse_expression(expression, list(sizes or {}), allow_block=False).evaluate(sizes or {})
     except (ExpressionError, ArithmeticError) as exc:
         raise NotFollowed(f"{expression}: {exc}") from None
 
@@ -721,6 +835,7 @@ class ProgramPoint:
     instantiate: str | None
     where: str  # "the launch in launch_rmsnorm() at line 20, called from main() at line 33"
     origins: tuple[str, ...]
+    unknown: tuple[str, ...] = ()  # sizes the program does not state (a partial reading), with why
 
 
 def _enclosing_function(node: Node) -> Node | None:
@@ -780,9 +895,16 @@ def _chain(scope: _Scope) -> str:
 
 
 def read_launch(
-    kernel: Kernel, call: Node, scope: _Scope, file: ProgramHost, template_types: Mapping[str, str]
+    kernel: Kernel,
+    call: Node,
+    scope: _Scope,
+    file: ProgramHost,
+    template_types: Mapping[str, str],
+    partial: bool = False,
 ) -> ProgramPoint:
-    """The spec facts of one launch in one context; NotFollowed with the reason where they stop."""
+    """The spec facts of one launch in one context; NotFollowed with the reason where they stop.
+    `partial`: a size the program does not state (`x.size(0)`, argv with no default) is left out of
+    `sizes` with the reason in `unknown`, instead of stopping; what depends on it still names it."""
     translation = _Translation(file)
     listed = call.child_by_field_name("arguments")
     arguments = [a for a in listed.named_children if a.type != "comment"] if listed is not None else []
@@ -795,6 +917,7 @@ def read_launch(
     if len(config) < 2:
         raise NotFollowed("the launch has no block")
     taken = {p.name for p in kernel.parameters}
+    unknown: list[str] = []
     sizes: dict[str, int] = {}
     scalars: dict[str, float | int | str] = {}
     for parameter, argument in zip(kernel.parameters, arguments, strict=True):
@@ -807,25 +930,44 @@ def read_launch(
             scalars[parameter.name] = _float_value(argument, scope, file)
             continue
         size = size_name_for(parameter.name, taken)
-        value = _value(translation.expression(argument, scope))
+        try:
+            value = _value(translation.expression(argument, scope))
+        except NotFollowed as exc:
+            if not partial:
+                raise
+            unknown.append(f"{parameter.name}: {exc}")
+            value = None
         for key in _definition_chain(argument, scope):
             translation.sizes.setdefault(key, size)
-        sizes[size] = value
+        if value is not None:
+            sizes[size] = value
         scalars[parameter.name] = size
     block_dims = _dims_of(config[1], scope, file, translation)
-    block = tuple(_value(d) for d in block_dims)
+    block = tuple(_value(d, sizes) for d in block_dims)  # `dim3 block(std::min(d, 1024))`
     for key in _definition_chain(config[1], scope):
         translation.block[key] = tuple(f"block.{axis}" for axis in "xyz"[: len(block)])
+    # `dim3 block(threads)`: threads is block.x wherever the grid or shared memory use it (a name giving
+    # two axes, `dim3 block(TILE, TILE)`, stays a number: tuning one axis must not move the other).
+    axes: dict[tuple[object, ...], set[int]] = {}
+    for axis, component in enumerate(_block_components(config[1], scope, file)):
+        for key in _definition_chain(component[0], component[1]):
+            axes.setdefault(key, set()).add(axis)
+    for key, used in axes.items():
+        if len(used) == 1:
+            translation.block.setdefault(key, (f"block.{'xyz'[used.pop()]}",))
     grid = tuple(_dims_of(config[0], scope, file, translation))
     shared = translation.expression(config[2], scope) if len(config) > 2 else "0"
     rank = max(len(block), len(grid))
     block = block + (1,) * (rank - len(block))
     grid = grid + ("1",) * (rank - len(grid))
-    shapes = {
-        p.name: _shape(argument, scope, file, translation, file.dtype_of(template_types.get(p.type, p.type)))
+    # A buffer's extent is a number of the sizes, never of the block (`(N / TILE)` partial sums, with TILE
+    # also the block, are N / 128 elements whatever block a candidate is tried with).
+    extents = _Translation(file, sizes=translation.sizes, origins=translation.origins)
+    shapes = {} if unknown else {
+        p.name: _shape(argument, scope, file, extents, file.dtype_of(template_types.get(p.type, p.type)))
         for p, argument in zip(kernel.parameters, arguments, strict=True)
         if p.is_pointer
-    }
+    }  # fmt: skip
     return ProgramPoint(
         sizes=sizes,
         shapes={k: v for k, v in shapes.items() if v is not None},
@@ -833,10 +975,41 @@ def read_launch(
         block=block,
         grid=grid,
         shared_bytes=shared,
-        instantiate=_launch_instantiation(kernel, call, scope, file),
-        where=f"the launch in {_chain(scope)} at line {call.start_point[0] + 1}",
+        instantiate=_launch_instantiation(kernel, call, scope, file, translation.block),
+        where=f"the launch in {_chain(scope)} at line {call.start_point[0] + 1}{file.place}",
         origins=tuple(translation.origins),
+        unknown=tuple(unknown),
     )
+
+
+def _aggregate(definition: _Definition) -> _Definition | None:
+    """The `{4096, 11008}` a struct variable was initialised with, through the names it was passed as
+    (`run(p)` binds a launcher's `const Problem& p` to the caller's `p`)."""
+    for _ in range(MAX_CALLER_DEPTH + 2):
+        value = definition.value
+        if value is None:
+            return None
+        if value.type == "initializer_list":
+            return definition
+        if value.type != "identifier" or definition.scope is None:
+            return None
+        found = definition.scope.lookup(definition.scope.file.text(value))
+        if found is None:
+            return None
+        definition = found
+    return None
+
+
+def _block_components(node: Node, scope: _Scope, file: ProgramHost) -> list[tuple[Node, _Scope]]:
+    """The component expressions of a dim3 block (a variable's, or `dim3(a, b)` at the launch)."""
+    if node.type == "identifier":
+        definition = scope.lookup(file.text(node))
+        if definition is not None and definition.dims is not None and definition.scope is not None:
+            return [(d, definition.scope) for d in definition.dims]
+    if node.type == "call_expression" and file.text(node.child_by_field_name("function")) == "dim3":
+        listed = node.child_by_field_name("arguments")
+        return [(d, scope) for d in listed.named_children] if listed is not None else []
+    return []
 
 
 def _definition_chain(node: Node, scope: _Scope) -> list[tuple[object, ...]]:
@@ -844,7 +1017,7 @@ def _definition_chain(node: Node, scope: _Scope) -> list[tuple[object, ...]]:
     keys: list[tuple[object, ...]] = []
     current: Node | None = node
     current_scope: _Scope | None = scope
-    while current is not None and current.type == "identifier" and current_scope is not None:
+    while current is not None and current.type in ("identifier", "type_identifier") and current_scope:
         definition = current_scope.lookup(current_scope.file.text(current))
         if definition is None:
             break
@@ -1035,8 +1208,15 @@ def _factors(node: Node) -> list[Node]:
     return [node]
 
 
-def _launch_instantiation(kernel: Kernel, call: Node, scope: _Scope, file: ProgramHost) -> str | None:
-    """`k<float, BLOCK><<<...>>>` with `#define BLOCK 256` -> "k<float, 256>"."""
+def _launch_instantiation(
+    kernel: Kernel,
+    call: Node,
+    scope: _Scope,
+    file: ProgramHost,
+    block: Mapping[tuple[object, ...], tuple[str, ...]] | None = None,
+) -> str | None:
+    """`k<float, BLOCK><<<...>>>` with `#define BLOCK 256` -> "k<float, 256>"; a value argument that is
+    the launch's block (`k<kBlock><<<rows, kBlock>>>`) is written block.x, so tuning the block tunes it."""
     if not kernel.template_parameters:
         return None
     given = _template_arguments(call.child_by_field_name("function"))
@@ -1045,8 +1225,13 @@ def _launch_instantiation(kernel: Kernel, call: Node, scope: _Scope, file: Progr
     values = []
     constants = _Translation(file)  # a template argument is a number, never the spec's size or block
     for parameter, argument in zip(kernel.template_parameters, given, strict=False):
-        if parameter.kind == "type":
-            values.append(file.text(argument))
+        if parameter.kind == "type":  # `k<half_t>` with `using half_t = __half;`: the type it names
+            values.append(file.typedefs.get(_base_type(file.text(argument)), file.text(argument)))
+            continue
+        named = argument.named_children[0] if argument.type == "type_descriptor" else argument
+        axes = [block[key] for key in _definition_chain(named, scope) if key in (block or {})]
+        if axes and len(axes[0]) == 1:
+            values.append(axes[0][0])
         elif argument.type == "type_descriptor":  # `k<TILE>`: a name the grammar cannot tell from a type
             values.append(str(_value(constants.name(file.text(argument).strip(), scope))))
         else:
@@ -1169,10 +1354,11 @@ def spec_from_points(
     more = f"; {len(verify)} other launch(es) as verify sizes" if verify else ""
     origins = f" ({'; '.join(dict.fromkeys(benchmark.origins))})" if benchmark.origins else ""
     note = f"spec inferred from {benchmark.where}: {shown or 'no sizes'}, {launch_text}{more}{origins}"
+    grid = tuple(_over_block(g, benchmark.block, axis) for axis, g in enumerate(benchmark.grid))
     spec = KernelSpec(
         kernel=kernel.name,
         arguments=tuple(arguments),
-        launch=LaunchSpec(benchmark.block, benchmark.grid, benchmark.shared_bytes),
+        launch=LaunchSpec(benchmark.block, grid, benchmark.shared_bytes),
         sizes=dict(benchmark.sizes),
         size_expressions={name: str(value) for name, value in benchmark.sizes.items()},
         instantiate=instantiate,
@@ -1185,3 +1371,104 @@ def spec_from_points(
     except SpecResolveError as exc:
         return None, f"{benchmark.where}: the spec it implies does not resolve: {exc.error.message}"
     return replace(spec), note
+
+
+# -- what the program says when its sizes are only known at run time ----------------------------------------
+
+
+def read_partial_point(kernel: Kernel, host: ProgramHost) -> ProgramPoint | None:
+    """The first launch read with its run-time sizes left out (a PyTorch extension's `x.size(0)`, argv
+    with no default): its launch, literal scalars and instantiation still hold."""
+    for call in host.launches(kernel.name):
+        types = _template_types(kernel, call, host)
+        for scope in _contexts(call, host):
+            with contextlib.suppress(NotFollowed):
+                return read_launch(kernel, call, scope, host, types, partial=True)
+    return None
+
+
+def with_program_launch(spec: KernelSpec, point: ProgramPoint) -> KernelSpec:
+    """A signature-inferred `spec` with what a partial reading of the program does state: the block, the
+    grid and shared memory where they are written over sizes the spec has, float scalars the launch
+    passes as numbers, the instantiation. Each part is kept only if the spec still resolves with it."""
+    names = list(spec.sizes)
+
+    def over_sizes(expression: str) -> bool:
+        try:
+            parse_expression(expression, names, allow_block=True)
+        except ExpressionError:
+            return False
+        return True
+
+    taken: list[str] = []
+    updated = spec
+    if all(over_sizes(g) for g in point.grid) and over_sizes(point.shared_bytes):
+        launch = LaunchSpec(point.block, point.grid, point.shared_bytes)
+        if _resolves(replace(updated, launch=launch)):
+            updated = replace(updated, launch=launch)
+            taken.append(f"block {' × '.join(map(str, point.block))}, grid and shared memory")
+    arguments = []
+    for argument in updated.arguments:
+        value = point.scalars.get(argument.name)
+        if argument.role == "scalar" and is_float(argument.dtype) and isinstance(value, (int, float)):
+            arguments.append(replace(argument, value=value, init=None))
+            taken.append(f"{argument.name} = {value}")
+        else:
+            arguments.append(argument)
+    if _resolves(replace(updated, arguments=tuple(arguments))):
+        updated = replace(updated, arguments=tuple(arguments))
+    instantiated = replace(updated, instantiate=point.instantiate)
+    if point.instantiate and point.instantiate != updated.instantiate and _resolves(instantiated):
+        updated = instantiated
+        taken.append(point.instantiate)
+    if not taken:
+        return spec
+    missing = "; ".join(point.unknown)
+    note = (
+        f"{spec.inference_note}; from {point.where}: {', '.join(taken)} (its sizes are only known at run "
+        f"time: {missing}, so the sizes are defaults: set them to the ones you run)"
+    )
+    return replace(updated, inference_note=note)
+
+
+def _over_block(grid: str, block: tuple[int, ...], axis: int) -> str:
+    """A grid axis written with the block's number (`ceil(n / 16.0)` beside `dim3 block(16, 16)`, or
+    `(n + 255) / 256` beside a block of 256) as the same division by block.x/y/z: the same launch, which
+    stays consistent when the block is tuned."""
+    extent = block[axis] if axis < len(block) else 1
+    if extent <= 1:
+        return grid
+    try:
+        tree = ast.parse(grid.strip(), mode="eval").body
+    except SyntaxError:
+        return grid
+    name = f"block.{'xyz'[axis]}"
+    if (
+        isinstance(tree, ast.Call)
+        and isinstance(tree.func, ast.Name)
+        and tree.func.id == "ceil_div"
+        and len(tree.args) == 2
+        and isinstance(tree.args[1], ast.Constant)
+        and tree.args[1].value == extent
+    ):
+        return f"ceil_div({ast.unparse(tree.args[0])}, {name})"
+    if (  # (n + 255) // 256
+        isinstance(tree, ast.BinOp)
+        and isinstance(tree.op, ast.FloorDiv)
+        and isinstance(tree.right, ast.Constant)
+        and tree.right.value == extent
+        and isinstance(tree.left, ast.BinOp)
+        and isinstance(tree.left.op, ast.Add)
+        and isinstance(tree.left.right, ast.Constant)
+        and tree.left.right.value == extent - 1
+    ):
+        return f"ceil_div({ast.unparse(tree.left.left)}, {name})"
+    return grid
+
+
+def _resolves(spec: KernelSpec) -> bool:
+    try:
+        resolve(spec)
+    except SpecResolveError:
+        return False
+    return True

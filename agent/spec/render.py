@@ -25,6 +25,10 @@ def render_spec(spec: KernelSpec) -> str:
     lines.append(f"kernel = {_string(spec.kernel)}")
     if spec.instantiate:
         lines.append(f"instantiate = {_string(spec.instantiate)}")
+    # Top-level keys: before the first [table].
+    for key, values in (("flags", spec.flags), ("include_dirs", spec.include_dirs)):
+        if values:
+            lines.append(f"{key} = [{', '.join(_string(value) for value in values)}]")
     if spec.sizes:
         lines.append("[sizes]")
         lines += [
@@ -86,6 +90,9 @@ def _argument(argument: ArgumentSpec) -> str:
 
 
 def _init(init: InitSpec, dtype: str) -> str:
+    if init.dist == "fill":
+        assert init.fill is not None  # a fill always has its value
+        return _inline({"fill": _value(init.fill)})
     default = InitSpec.default(dtype, init.dist)
     if init == default:
         return _string(init.dist)
@@ -116,7 +123,7 @@ def _value(value: ValueExpr) -> str:
     if isinstance(value, bool):  # not a ValueExpr, but never write Python's True into TOML
         return str(value).lower()
     if isinstance(value, (int, float)):
-        return repr(value)
+        return repr(value)  # also TOML's spelling of inf and -inf
     return _string(value)
 
 

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
-from cuda_agent.agent.spec.checks import as_written, below_minimum, value_label
+from cuda_agent.agent.spec.checks import as_written, below_minimum, block_values, value_label
 from cuda_agent.agent.spec.dtypes import INTEGER_RANGE, is_float
 from cuda_agent.agent.spec.expressions import (
+    Expression,
     ExpressionError,
     evaluate,
     parse_expression,
     parse_real_expression,
+    uses_block,
 )
 from cuda_agent.agent.spec.model import (
+    FLOAT_MAX,
+    INFINITIES,
     ArgumentSpec,
     KernelSpec,
     KeyPath,
@@ -22,11 +27,12 @@ from cuda_agent.agent.spec.model import (
     ToleranceSpec,
     ValueExpr,
 )
-from cuda_agent.agent.spec.validate import MAX_BLOCK_DIMS, MAX_THREADS_PER_BLOCK
+from cuda_agent.agent.spec.validate import MAX_BLOCK_DIMS, MAX_THREADS_PER_BLOCK, split_template_arguments
 from cuda_agent.sandbox.plan import (
     ArgumentPlan,
     Distribution,
     LaunchPlan,
+    LaunchScalar,
     Problem,
     Tolerance,
 )
@@ -67,9 +73,10 @@ def _evaluate(
 
 
 def _evaluate_real(spec: KernelSpec, path: KeyPath, value: ValueExpr, values: Mapping[str, int]) -> float:
-    """A real expression (a float scalar, a float init parameter) at `values`."""
+    """A real expression (a float scalar, a float init parameter) at `values` (a scalar's value may use
+    the block: validation keeps block.x/y/z out of the others)."""
     try:
-        return parse_real_expression(value, values.keys()).evaluate_real(values)
+        return parse_real_expression(value, values.keys(), allow_block=True).evaluate_real(values)
     except ExpressionError as error:
         raise _fail(spec, path, f"{as_written(path, value)}: {error.message}") from None
 
@@ -123,12 +130,10 @@ def resolve(
     point = complete_sizes(spec, sizes)
     block = tuple(block or spec.launch.block)
     _check_block(spec, block)
-    values = {
-        **point,
-        **{f"block.{axis}": (block[i] if i < len(block) else 1) for i, axis in enumerate("xyz")},
-    }
-    launch = _launch(spec, block, values)
-    arguments = tuple(_argument(spec, argument, point) for argument in spec.arguments)
+    values = {**point, **block_values(block)}
+    launch = _launch(spec, block, values)  # first: its errors are the ones reported first
+    arguments = tuple(_argument(spec, argument, point, values) for argument in spec.arguments)
+    launch = replace(launch, scalars=_launch_scalars(spec, arguments))
     by_name = {argument.name: argument for argument in arguments}
     reduction = (
         _evaluate(spec, ("verify", "reduction"), spec.reduction, point, 1, "the reduction length")
@@ -186,27 +191,34 @@ def _launch(spec: KernelSpec, block: tuple[int, ...], values: Mapping[str, int])
     )
 
 
-def _argument(spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, int]) -> ArgumentPlan:
+def _argument(
+    spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, int], launch: Mapping[str, int]
+) -> ArgumentPlan:
+    """One argument at `sizes`; a scalar's value may also use `launch` (the sizes and block.x/y/z)."""
     path: KeyPath = ("args", argument.name)
     shape = tuple(
         _evaluate(spec, (*path, "shape", i), dim, sizes, 1, "a buffer dimension")
         for i, dim in enumerate(argument.shape)
     )
-    distribution = _distribution(spec, argument, sizes)
+    distribution = _distribution(spec, argument, sizes, launch)
     return ArgumentPlan(argument.name, argument.role, argument.dtype, shape, distribution, argument.may_alias)  # type: ignore[arg-type]
 
 
-def _distribution(spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, int]) -> Distribution:
+def _distribution(
+    spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, int], launch: Mapping[str, int]
+) -> Distribution:
     path: KeyPath = ("args", argument.name)
     if argument.value is not None:
         return Distribution(
-            kind="value", value=_number(spec, (*path, "value"), argument.value, argument.dtype, sizes)
+            kind="value", value=_number(spec, (*path, "value"), argument.value, argument.dtype, launch)
         )
     init = argument.init
     assert init is not None  # the parser gives every argument a value or an init
     if init.dist in ("zeros", "ones"):  # a constant fill; the sandbox fills buffers with a "value" too
         fill = 0 if init.dist == "zeros" else 1
         return Distribution(kind="value", value=float(fill) if is_float(argument.dtype) else fill)
+    if init.dist == "fill":
+        return Distribution(kind="value", value=_fill(spec, argument, sizes))
     # The bounds of dist = "integers" are integer expressions, even for a float buffer.
     dtype = "int64" if init.dist == "integers" and is_float(argument.dtype) else argument.dtype
     low = _number(spec, (*path, "init", "low"), init.low, dtype, sizes, inclusive=True)
@@ -222,6 +234,90 @@ def _distribution(spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, 
             f"{as_written((*path, 'init', 'std'), init.std)} is {std}: std must be > 0",
         )
     return Distribution(init.dist, mean, std, float(low), float(high))  # type: ignore[arg-type]
+
+
+def _fill(spec: KernelSpec, argument: ArgumentSpec, sizes: Mapping[str, int]) -> int | float:
+    """The constant of `init = { fill = ... }` at these sizes: ±inf as written, a real expression for float
+    dtypes (within the dtype's finite range), an integer one (range-checked) for integer dtypes."""
+    assert argument.init is not None and argument.init.fill is not None
+    path: KeyPath = ("args", argument.name, "init", "fill")
+    written = argument.init.fill
+    if isinstance(written, str) and written.strip() in INFINITIES:
+        return INFINITIES[written.strip()]
+    if isinstance(written, float) and math.isinf(written):
+        return written
+    number = _number(spec, path, written, argument.dtype, sizes)
+    limit = FLOAT_MAX.get(argument.dtype)
+    if limit is not None and abs(number) > limit:
+        raise _fail(
+            spec,
+            path,
+            f"{as_written(path, written)} is {number:g}, beyond {argument.dtype}'s largest number "
+            f"({limit:g}): it would be stored as infinity",
+        )
+    return float(number) if is_float(argument.dtype) else number
+
+
+def _launch_scalars(spec: KernelSpec, arguments: tuple[ArgumentPlan, ...]) -> tuple[LaunchScalar, ...]:
+    """The scalars whose value follows the block (`value = "block.x"`), with their value at this launch:
+    they go with the launch, so a candidate run with another block gets its own (sandbox/plan.py)."""
+    return tuple(
+        LaunchScalar(position, plan.name, plan.dtype, plan.distribution.value)
+        for position, (argument, plan) in enumerate(zip(spec.arguments, arguments, strict=True))
+        if plan.distribution.value is not None and follows_launch(spec, argument)
+    )
+
+
+def follows_launch(spec: KernelSpec, argument: ArgumentSpec) -> bool:
+    """Whether a scalar's value is written with the block (`"block.x"`, `"ceil_div(n, block.x)"`)."""
+    if argument.role != "scalar" or not isinstance(argument.value, str):
+        return False
+    try:  # a real expression reads every integer one too: one parse answers for both kinds
+        return uses_block(parse_real_expression(argument.value, spec.sizes, allow_block=True))
+    except ExpressionError:
+        return False
+
+
+def instantiation(spec: KernelSpec, block: tuple[int, ...] | None = None) -> str | None:
+    """The spec's `instantiate` at `block` (default: the spec's): each template argument written with
+    block.x/y/z (`rms_norm<block.x>`) becomes its value there (`rms_norm<512>`); the others stay as
+    written, and so does the whole text when none follows the block."""
+    text = spec.instantiate
+    following = _block_arguments(text)
+    if text is None or not any(expression for _, expression in following):
+        return text
+    values = block_values(tuple(block or spec.launch.block))
+    evaluated = []
+    for argument, expression in following:
+        try:
+            evaluated.append(str(expression.evaluate(values)) if expression else argument)
+        except ExpressionError as error:
+            raise _fail(
+                spec, ("instantiate",), f'instantiate argument "{argument}": {error.message}'
+            ) from None
+    return f"{text.partition('<')[0]}<{', '.join(evaluated)}>"
+
+
+def instantiation_follows_block(spec: KernelSpec) -> bool:
+    """Whether some template argument of `instantiate` is written with the block (`k<block.x>`)."""
+    return any(expression for _, expression in _block_arguments(spec.instantiate))
+
+
+def _block_arguments(text: str | None) -> list[tuple[str, Expression | None]]:
+    """The template arguments of an instantiate, each with its expression when it follows the block; the
+    others (`float`, `256`, `Pair<int, 2>`) are C++ as written. [] for a text without arguments."""
+    if text is None or "<" not in text or not text.rstrip().endswith(">"):
+        return []
+    arguments = []
+    for argument in split_template_arguments(text.partition("<")[2].rstrip()[:-1]):
+        try:
+            expression: Expression | None = parse_expression(argument, (), allow_block=True)
+        except ExpressionError:
+            expression = None
+        arguments.append(
+            (argument, expression if expression is not None and uses_block(expression) else None)
+        )
+    return arguments
 
 
 def _number(

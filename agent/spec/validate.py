@@ -8,15 +8,17 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from cuda_agent.agent.kernels import Kernel
+from cuda_agent.agent.kernels import Kernel, TemplateParameter
 from cuda_agent.agent.spec.arguments import ArgumentChecker
-from cuda_agent.agent.spec.checks import Issue, below_minimum, is_int, is_number
+from cuda_agent.agent.spec.checks import Issue, below_minimum, block_values, is_int, is_number
 from cuda_agent.agent.spec.expressions import (
     MODULE_MEANING,
     ExpressionError,
     describe,
+    mentions_block,
     parse_expression,
     suggest,
+    uses_block,
     validate_oracle,
 )
 from cuda_agent.agent.spec.model import (
@@ -26,9 +28,12 @@ from cuda_agent.agent.spec.model import (
     LaunchSpec,
     ToleranceSpec,
 )
+from cuda_agent.sandbox.harness_options import harness_reason
 from cuda_agent.sandbox.oracle_names import ORACLE_MODULES, needs_respelling, oracle_spelling
 
-TOP_LEVEL_KEYS = ("kernel", "instantiate", "sizes", "args", "launch", "verify", "roofline")
+TOP_LEVEL_KEYS = (
+    "kernel", "instantiate", "flags", "include_dirs", "sizes", "args", "launch", "verify", "roofline",
+)  # fmt: skip
 LAUNCH_KEYS = ("block", "grid", "shared_bytes")
 VERIFY_KEYS = ("sizes", "oracle", "intermediates", "tolerance", "reduction")
 ROOFLINE_KEYS = ("flops", "bytes")
@@ -67,7 +72,13 @@ class SpecBuilder(ArgumentChecker):
 
     def build(self) -> KernelSpec | None:
         self.unknown_keys(self.data, (), TOP_LEVEL_KEYS, "the spec")
+        # Scalars' values and instantiate may follow the block: read it first (launch() checks it).
+        self.launch_block = self.written_block()
         instantiate = self.instantiate()
+        flags = self.strings("flags", example='flags = ["--use_fast_math", "-DTILE=32"]')
+        for position, flag in enumerate(flags):
+            self.check_flag(("flags", position), flag)
+        include_dirs = self.strings("include_dirs", example='include_dirs = ["../include"]')
         size_expressions = self.parse_sizes()
         arguments = self.arguments()
         launch = self.launch()
@@ -107,7 +118,58 @@ class SpecBuilder(ArgumentChecker):
             reduction=reduction,
             flops=flops,
             bytes_moved=bytes_moved,
+            flags=flags,
+            include_dirs=include_dirs,
         )
+
+    def written_block(self) -> tuple[int, ...]:
+        """[launch] block when it is a valid block, else () (and `block` reports what is wrong)."""
+        launch = self.data.get("launch")
+        value = launch.get("block") if isinstance(launch, dict) else None
+        if not isinstance(value, list) or not 1 <= len(value) <= 3 or not all(is_int(d) for d in value):
+            return ()
+        block = tuple(value)
+        within = all(1 <= dim <= limit for dim, limit in zip(block, MAX_BLOCK_DIMS, strict=False))
+        return block if within and math.prod(block) <= MAX_THREADS_PER_BLOCK else ()
+
+    def strings(self, key: str, *, example: str) -> tuple[str, ...]:
+        """A top-level list of non-empty strings (flags, include_dirs); () after reporting."""
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            self.issue((key,), f"{key} is a list of strings, e.g. {example}; got {describe(value)}")
+            return ()
+        good = True
+        for position, item in enumerate(value):
+            if not isinstance(item, str) or not item.strip():
+                shown = "an empty string" if isinstance(item, str) else describe(item)
+                self.issue((key, position), f"each of {key} is a non-empty string, not {shown}")
+                good = False
+            elif any(character in item for character in "\n\r\0"):
+                self.issue((key, position), f"each of {key} is one line")
+                good = False
+        return tuple(value) if good else ()
+
+    def check_flag(self, path: KeyPath, flag: str) -> None:
+        """One compiler option: a single word starting with '-', not one the harness owns."""
+        if not flag.startswith("-"):
+            self.issue(
+                path,
+                f"flag {flag!r} is not an option (they start with '-'); write an option and its value as "
+                'one word: "--maxrregcount=32"',
+            )
+            return
+        if any(character.isspace() for character in flag):
+            self.issue(
+                path,
+                f"flag {flag!r} holds a space: each flag is one command-line word, e.g. "
+                '"-DUSE_FAST=1" or ["-Xptxas", "-v"]',
+            )
+            return
+        why = harness_reason(flag, 'include_dirs = ["../include"] (relative to this file\'s folder)')
+        if why is not None:
+            self.issue(path, f"flag {flag!r} is not allowed: {why}")
 
     def output_names(self, arguments: tuple[ArgumentSpec, ...] | None) -> list[str]:
         """Outputs and inouts; from the signature (non-const pointers) when [args] has errors."""
@@ -155,13 +217,55 @@ class SpecBuilder(ArgumentChecker):
                 f"({', '.join(p.name for p in parameters)}), {len(arguments)} given",
             )
             return None
+        cursor = value.index("<") + 1
         for parameter, argument in zip(parameters, arguments, strict=False):  # defaults fill the rest
+            start = value.find(argument, cursor)
+            cursor = start + len(argument)
+            self.block_argument(parameter, argument, len(value[:start].encode()))
             if parameter.kind == "type":
                 self.template_types[parameter.name] = argument
         for parameter in parameters[len(arguments) :]:
             if parameter.kind == "type" and parameter.default:
                 self.template_types[parameter.name] = parameter.default
         return value
+
+    def block_argument(self, parameter: TemplateParameter, argument: str, start: int) -> None:
+        """A template argument that follows the block (`rms_norm<block.x>`): an integer expression of
+        block.x/y/z for a value parameter, evaluated at each launch's block. Other arguments are C++ as
+        written. `start`: the argument's byte offset in the instantiate string, to point inside it."""
+        path: KeyPath = ("instantiate",)
+        try:
+            expression = parse_expression(
+                argument, (), allow_block=True, why="a template value argument is an integer"
+            )
+        except ExpressionError as error:
+            if mentions_block(argument):
+                self.issue(
+                    path,
+                    f'instantiate argument "{argument}": {error.message} (an argument that follows the block '
+                    "is an integer expression of block.x/y/z, e.g. block.x * block.y)",
+                    within=(start + error.start, start + error.end),
+                )
+            return
+        if not uses_block(expression):
+            return
+        span = (start + expression.offset, start + len(argument.encode()))
+        if parameter.kind == "type":
+            self.issue(
+                path,
+                f"{parameter.name} is a type parameter ({parameter.text}): block.x/y/z can only give a value "
+                "parameter such as int BLOCK",
+                within=span,
+            )
+        elif self.launch_block:
+            try:
+                expression.evaluate(block_values(self.launch_block))
+            except ExpressionError as error:
+                self.issue(
+                    path,
+                    f'instantiate argument "{argument}": {error.message}',
+                    within=(start + error.start, start + error.end),
+                )
 
     def parse_sizes(self) -> dict[str, str]:
         table = self.table(("sizes",), required=False, example="[sizes] n = 1048576") or {}

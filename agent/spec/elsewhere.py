@@ -1,0 +1,98 @@
+"""Kernels launched from another file: a kernel defined in a header (`silu_mul.cuh`) and launched from the
+`.cu` that includes it, or from a runner file next to it (an SGEMM tutorial's `runner.cu`).
+
+The launching file's host code is read as if the header's declarations were at its top (its #defines,
+constants and type aliases: `using half_t = __half;` lives with the kernels), and the spec comes from
+those launches the way it comes from launches in the kernel's own file; the note names the file.
+Files are looked for in the kernel's folder and the folder above it, the ones that mention the kernel's
+name next to a `<<<` only, and kept per folder listing (names, sizes, modification times), so the
+language server does not read the folder again on every keystroke.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from cuda_agent.agent.kernels import Kernel
+from cuda_agent.agent.memo import BoundedMemo
+from cuda_agent.agent.parsing import parse_cuda
+from cuda_agent.agent.spec.model import KernelSpec
+from cuda_agent.agent.spec.program import ProgramHost, read_program_points, spec_from_points
+from tree_sitter import Tree
+
+SOURCE_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".cuhpp"})
+MAX_FILES = 400  # a folder with more is a build or data folder, not a project's sources
+MAX_BYTES = 2_000_000
+
+_LAUNCHED = re.compile(rb"\b([A-Za-z_]\w*)\s*(?:<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>\s*)?<<<")
+_LISTINGS: BoundedMemo[tuple[object, ...], dict[str, tuple[tuple[Path, bytes], ...]]] = BoundedMemo(32)
+
+
+class Neighbours:
+    """The source files next to one file that launch kernels, indexed by the kernel they launch. Made once
+    per read of the file (a folder listing; the files are read again only when the listing changes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._launched: dict[str, list[tuple[Path, bytes]]] | None = None
+
+    def launching(self, kernel: str) -> list[tuple[Path, bytes]]:
+        """(file, its bytes) for each file in the folder, then the one above, that launches `kernel`."""
+        if self._launched is None:
+            self._launched = {}
+            for folder in dict.fromkeys((self.path.parent, self.path.parent.parent)):
+                for name, files in _launches_in(folder).items():
+                    self._launched.setdefault(name, []).extend(f for f in files if f[0] != self.path)
+        return self._launched.get(kernel, [])
+
+
+def _launches_in(folder: Path) -> dict[str, tuple[tuple[Path, bytes], ...]]:
+    try:
+        entries = sorted(
+            (e.name, e.stat().st_size, e.stat().st_mtime_ns)
+            for e in os.scandir(folder)
+            if e.is_file() and Path(e.name).suffix in SOURCE_SUFFIXES
+        )
+    except OSError:
+        return {}
+    if len(entries) > MAX_FILES:
+        return {}
+
+    def read() -> dict[str, tuple[tuple[Path, bytes], ...]]:
+        index: dict[str, list[tuple[Path, bytes]]] = {}
+        for name, size, _ in entries:
+            if size > MAX_BYTES:
+                continue
+            try:
+                data = (folder / name).read_bytes()
+            except OSError:
+                continue
+            for launched in dict.fromkeys(m.group(1).decode() for m in _LAUNCHED.finditer(data)):
+                index.setdefault(launched, []).append((folder / name, data))
+        return {name: tuple(files) for name, files in index.items()}
+
+    return _LISTINGS.get_or_make((str(folder.resolve()), tuple(entries)), read)
+
+
+def infer_from_elsewhere(
+    neighbours: Neighbours, kernel: Kernel, tree: Tree, own: ProgramHost
+) -> tuple[KernelSpec | None, str]:
+    """The spec that another file's launches of `kernel` imply (`own`: the kernel's file's host facts,
+    `tree` its parse), or (None, why not)."""
+    reasons = []
+    for other, data in neighbours.launching(kernel.name):
+        host = ProgramHost(parse_cuda(data), data, place=f" of {other.name}")
+        host.include(own)
+        points, why = read_program_points(kernel, host)
+        if not points:
+            reasons.append(f"{other.name}: {why}")
+            continue
+        spec, why = spec_from_points(kernel, tree, points, host.typedefs)
+        if spec is not None:
+            return spec, spec.inference_note
+        reasons.append(f"{other.name}: {why}")
+    if not reasons:
+        return None, "nothing in the file or next to it launches it"
+    return None, "; ".join(reasons)

@@ -1,0 +1,70 @@
+"""A kernel defined in a header and launched from a .cu next to it (or a runner file in the folder above)
+gets its spec from that launch, with the header's type aliases and #defines; a rewrite of it says that the
+launches over there were not changed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from cuda_agent.agent.rewrite import write_launch
+from cuda_agent.agent.targets import load_targets
+
+HEADER = """#pragma once
+#include <cuda_fp16.h>
+using scalar = __half;
+#define VEC 1
+
+__global__ void scale_kernel(scalar* __restrict__ y, const scalar* __restrict__ x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __hmul(x[i], __float2half(2.0f));
+}
+"""
+
+RUNNER = """#include <vector>
+#include "kernels/scale.cuh"
+
+struct Problem { int batch; int width; };
+
+void run_scale(scalar* y, const scalar* x, const Problem& p, cudaStream_t stream) {
+    const int n = p.batch * p.width;
+    const int threads = 128;
+    scale_kernel<<<(n + threads - 1) / threads, threads, 0, stream>>>(y, x, n);
+}
+
+int main() {
+    const Problem p{64, 8192};
+    std::vector<scalar> host(p.batch * p.width);
+    scalar *x, *y;
+    cudaMalloc(&x, host.size() * sizeof(scalar));
+    cudaMalloc(&y, host.size() * sizeof(scalar));
+    run_scale(y, x, p, 0);
+    return 0;
+}
+"""
+
+
+def test_a_header_kernel_takes_its_spec_from_the_runner_next_to_its_folder(tmp_path: Path) -> None:
+    (tmp_path / "kernels").mkdir()
+    header = tmp_path / "kernels" / "scale.cuh"
+    header.write_text(HEADER)
+    (tmp_path / "runner.cu").write_text(RUNNER)
+    target = load_targets(header).find("scale_kernel")
+    assert target is not None and target.spec is not None, target.note if target else ""
+    spec = target.spec
+    assert spec.sizes == {"n": 64 * 8192}
+    assert spec.launch.block == (128,)
+    assert {a.name: a.dtype for a in spec.arguments if a.is_buffer} == {"y": "float16", "x": "float16"}
+    assert "of runner.cu" in target.note and "run_scale()" in target.note
+    written = write_launch(target, replace(spec.launch, block=(256,)))
+    assert any("runner.cu also launch it, unchanged" in note for note in written.notes), written.notes
+
+
+def test_a_header_no_file_launches_keeps_the_signature_inference(tmp_path: Path) -> None:
+    header = tmp_path / "scale.cuh"
+    header.write_text(HEADER)
+    (tmp_path / "other.cu").write_text('#include "scale.cuh"\nint main() { return 0; }\n')
+    target = load_targets(header).find("scale_kernel")
+    assert target is not None and target.spec is not None
+    assert target.spec.sizes == {"n": 16777216}  # the signature's default size
+    assert "pattern" in target.note
