@@ -22,8 +22,9 @@ class Candidate:
     proposer: str  # "launch-config", "llm:claude-…", "original"
     flags: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()  # what the rewrite adds: "x and y do not alias"
-    # Host launches of the kernel that could not be written for the rewrite's launch, and why.
-    launch_notes: tuple[str, ...] = ()
+    # What applying it takes besides the file: host launches left as written (and why), a flag the
+    # user's own build must pass.
+    notes: tuple[str, ...] = ()
     # A hand-written rewrite (`cuda-agent compare`) may rename the kernel, declare its own launch in its
     # own spec, and live in another folder (its #includes resolve there).
     kernel_name: str | None = None

@@ -32,7 +32,7 @@ def _launch_written(
         for candidate in propose(target):
             if candidate.launch is not None:
                 sites = write_launch(target, candidate.launch, candidate.source)
-                candidate = replace(candidate, source=sites.text, launch_notes=sites.notes)
+                candidate = replace(candidate, source=sites.text, notes=sites.notes)
             written.append(candidate)
         return written
 

@@ -97,3 +97,22 @@ def _applied(text: str, edits: list[tuple[Span, str]]) -> str:
     for span, new_text in sorted(edits, key=lambda e: e[0].start_byte, reverse=True):
         text = replace_span(text, span, new_text)
     return text
+
+
+def with_spec_flags(target: KernelTarget, flags: tuple[str, ...]) -> str:
+    """The file with `flags` in the kernel's spec (a written spec's `flags` key, or the inferred spec
+    written out above the kernel), so the file re-read compiles the kernel the way it was measured."""
+    spec = target.spec
+    assert spec is not None
+    merged = tuple(dict.fromkeys((*spec.flags, *flags)))
+    if spec.inferred:
+        comment = render_spec(replace(spec, flags=merged)) + "\n"
+        return _applied(target.source, [(_empty_span_at(target.kernel.span), comment)])
+    value = "[" + ", ".join(json.dumps(flag) for flag in merged) + "]"
+    span = spec.value_spans.get(("flags",))
+    if span is not None:
+        return _applied(target.source, [(span, value)])
+    assert spec.span is not None, "a written spec knows where it is"
+    data = target.source.encode("utf-8")
+    first_line_end = data.index(b"\n", spec.span.start_byte) + 1  # after `/* cuda-agent`
+    return (data[:first_line_end] + f"flags = {value}\n".encode() + data[first_line_end:]).decode("utf-8")

@@ -115,7 +115,7 @@ def combine(base: Candidate, step: Candidate, base_target: KernelTarget, origina
         proposer=f"{base.proposer}+{step.proposer}",
         flags=_merged(base.flags, step.flags),
         assumptions=_merged(base.assumptions, step.assumptions),
-        launch_notes=step.launch_notes if step.source != base.source else base.launch_notes,
+        notes=_merged(base.notes, step.notes),
         launch=launch,
     )
 

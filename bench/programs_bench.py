@@ -13,6 +13,7 @@ rewritten build fails, warns anew or exits otherwise than the original is a fail
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -57,6 +58,7 @@ class ProgramRow:
     original_rc: int | None = None
     rewritten_rc: int | None = None
     changed: bool = False
+    notes: list[str] = field(default_factory=list)  # what the optimizer said the file alone does not carry
 
     @property
     def passed(self) -> bool:
@@ -136,7 +138,18 @@ def bench_program(name: str, out: Path, budget_s: float) -> ProgramRow:
         if match:
             row.speedups[kernel] = float(match.group(1))
     row.changed = source.read_text() != original_text
-    (folder / f"{name}.rewritten.cu").write_text(source.read_text())
+    written = difflib.unified_diff(
+        original_text.splitlines(keepends=True),
+        source.read_text().splitlines(keepends=True),
+        f"a/{name}.cu",
+        f"b/{name}.cu",
+    )
+    (folder / "write.diff").write_text("".join(written))
+    row.notes = [
+        line.strip().removeprefix("note: ")
+        for line in (folder / "optimize.txt").read_text().splitlines()
+        if line.strip().startswith("note: ")
+    ]
     rewritten = build(source, folder / "rewritten")
     row.rewritten_built = rewritten.ok
     row.new_warnings = sorted(set(rewritten.warnings) - set(original.warnings))
@@ -165,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{row.original_built}/{row.rewritten_built}, runs rc {row.original_rc}/{row.rewritten_rc}, "
             f"new warnings {row.new_warnings or 'none'}, optimize {row.optimize_s:.0f} s"
         )
+        for note in row.notes:
+            print(f"{row.program:18s} {'(note)':32s} {note[:160]}")
     speedups = [s for row in rows for s in row.speedups.values()]
     if speedups:
         geomean = 1.0

@@ -419,8 +419,8 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
         console.print(Syntax(diff, "diff", background_color="default"))
         if best.assumptions:
             console.print("assumes: " + "; ".join(best.assumptions))
-        for note in best.launch_notes:  # the user must launch it the measured way there themselves
-            console.print(f"[yellow]host code: {escape(note)}[/]")
+        for note in best.notes:  # what the file alone does not carry: the user must do it themselves
+            console.print(f"[yellow]note: {escape(note)}[/]")
         checked = outcome.best.sanitizer
         if checked is not None:
             style = "green" if checked.passed else "yellow"

@@ -80,7 +80,7 @@ def propose_launch_configs(target: KernelTarget) -> list[Candidate]:
                 block=shape,
                 description=description,
                 proposer=PROPOSER,
-                launch_notes=written.notes,
+                notes=written.notes,
             )
         )
     return candidates

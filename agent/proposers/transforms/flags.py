@@ -6,8 +6,11 @@ is proposed only where the kernel calls such math and the spec's tolerance leave
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.tree import candidate_from, kernel_tree, walk_with_comments
+from cuda_agent.agent.rewrite import with_spec_flags
 from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.sandbox.plan import DEFAULT_TOLERANCE
 
@@ -61,15 +64,17 @@ def propose_flags(target: KernelTarget) -> list[Candidate]:
             return []
     if not any(_approximated(tree.text(n), n.type) for n in walk_with_comments(tree.body)):
         return []
+    candidate = candidate_from(
+        target,
+        with_spec_flags(target, (FAST_MATH,)),  # applied, the file's spec says how it was compiled
+        description=f"{FAST_MATH}: approximate math intrinsics, flush denormals",
+        proposer=PROPOSER,
+        flags=(FAST_MATH,),
+        assumptions=("fast-math: results may differ in the last bits (denormals flushed to zero)",),
+    )
+    # A spec comment does not reach the user's own build: they must pass the flag there.
     return [
-        candidate_from(
-            target,
-            target.source,
-            description=f"{FAST_MATH}: approximate math intrinsics, flush denormals",
-            proposer=PROPOSER,
-            flags=(FAST_MATH,),
-            assumptions=("fast-math: results may differ in the last bits (denormals flushed to zero)",),
-        )
+        replace(candidate, notes=(f"the spec now compiles it with {FAST_MATH}; add it to your own build",))
     ]
 
 
