@@ -227,6 +227,15 @@ def write_launch_sites(text: str, spec: KernelSpec, kernel_name: str, launch: La
             # spec's launch at its own sizes and block: what was measured says nothing about its launch.
             notes.append(f"the launch at line {line} runs it another way and was left as written")
             continue
+        blocks = {point.block for _, point in readings if not isinstance(point, str)}
+        if len(blocks) > 1:
+            # `for (int block_size : block_sizes)` around the launch: the program tries blocks itself.
+            tried = ", ".join("×".join(map(str, b)) for b in sorted(blocks))
+            notes.append(
+                f"the launch at line {line} was left as written: the program tries several blocks itself "
+                f"({tried}); {'×'.join(map(str, launch.block))} was the fastest measured"
+            )
+            continue
         checked.add(index)
         # A launcher called from two places is one launch with two sets of values: both must work.
         remarks: list[str] = []

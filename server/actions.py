@@ -139,6 +139,7 @@ def rewrite_edit(document: Document, result: OptimizeResult, document_changes: b
         description=(
             f"{rewrite.description}. Verified on {result.gpu} with {result.input_sets} input sets at "
             f"{result.sizes} sizes; assumes: {assumptions}."
+            + "".join(f" Note: {note}." for note in rewrite.notes)
         ),
     )
     edits: list[types.TextEdit | types.AnnotatedTextEdit | types.SnippetTextEdit] = [

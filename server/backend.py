@@ -354,6 +354,7 @@ def _result(uri: str, version: int, outcome: OptimizeOutcome, gpu: str) -> Optim
             flags=best.candidate.flags,
             ratio_ci=c.ratio_ci,
             sanitizer=best.sanitizer.summary(OF_THE_REWRITE) if best.sanitizer is not None else "",
+            notes=best.candidate.notes,
         )
     verification = best.verification if best is not None else baseline.verification
     rows = tuple(

@@ -128,6 +128,8 @@ def timing_rows(result: OptimizeResult) -> list[str]:
     rows += ["", _cell(rewrite.decision if rewrite else result.explanation), ""]
     if rewrite is not None and rewrite.sanitizer:
         rows += [_cell(rewrite.sanitizer), ""]
+    for note in rewrite.notes if rewrite is not None else ():
+        rows += [f"Note: {_cell(note)}", ""]  # what the file alone does not carry
     if rewrite is not None and result.torch_compile is not None:
         ratio = result.torch_compile.median_ms / rewrite.best.median_ms
         verdict = "faster than" if ratio >= 1 else "slower than"

@@ -51,6 +51,8 @@ class Rewrite:
     # compute-sanitizer's verdict in a line: "checked by compute-sanitizer, no findings: memcheck 1.2 s ...",
     # or "not checked by compute-sanitizer: not found"; "" where the check is off (cudaAgent.sanitize)
     sanitizer: str = ""
+    # What applying it takes besides the file: a host launch left as written, a flag the build must pass.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -331,3 +331,35 @@ def test_the_edited_program_compiles_with_no_new_warning(
     text, _ = with_block(original, block)
     assert text != program
     assert warnings_of(tmp_path, text, "edited") <= warnings_of(tmp_path, program, "original")
+
+
+def test_a_block_the_program_sweeps_is_left_with_the_fastest_named(tmp_path: Path) -> None:
+    """llm.c style: `for (int block_size : block_sizes)` around the launch. Rewriting the list (or the
+    launch) would end the user's own sweep."""
+    program = RMSNORM.replace(
+        "    rmsnorm<<<(rows + threads - 1) / threads, threads>>>(x, w, y, rows, cols, 1e-6f);\n",
+        "    int block_sizes[] = {128, 256, 512};\n"
+        "    for (int block_size : block_sizes) {\n"
+        "        rmsnorm<<<(rows + block_size - 1) / block_size, block_size>>>(x, w, y, rows, cols, 1e-6f);\n"
+        "    }\n",
+    )
+    original = target_of(tmp_path, program, "rmsnorm")
+    assert original.spec is not None and original.spec.launch.block == (128,)
+    text, notes = with_block(original, (512,))
+    assert changed_lines(program, text) == []
+    assert len(notes) == 1 and "tries several blocks itself (128, 256, 512)" in notes[0], notes
+
+
+def test_host_code_cut_anywhere_gives_a_file_or_a_note_never_a_traceback(tmp_path: Path) -> None:
+    """Every prefix of the programs (host code that does not parse, a launch cut in half) is read and
+    written back without an exception."""
+    for program, kernel, block in ((RMSNORM, "rmsnorm", (256,)), (IMAGE, "brighten", (32, 8, 1))):
+        start = program.index("int main") if "int main" in program else len(program) // 2
+        for cut in range(start - 400, len(program), 37):
+            path = tmp_path / "cut.cu"
+            path.write_text(program[:cut])
+            found = load_targets(path).find(kernel)
+            if found is None or found.spec is None:
+                continue
+            written = write_launch(found, replace(found.spec.launch, block=block))
+            assert isinstance(written.text, str) and all(isinstance(n, str) for n in written.notes)

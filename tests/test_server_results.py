@@ -41,6 +41,13 @@ def test_hover_compares_the_rewrite_with_torch_compile_once_timed() -> None:
     assert "The rewrite is 0.77× slower than torch.compile of the same function." in slower
 
 
+def test_hover_says_what_applying_the_rewrite_leaves_to_the_user() -> None:
+    assert not any(row.startswith("Note:") for row in timing_rows(RESULT))
+    note = "the spec now compiles it with --use_fast_math; add it to your own build"
+    rewrite = replace(RESULT.rewrite, notes=(note,))
+    assert f"Note: {note}" in timing_rows(replace(RESULT, rewrite=rewrite))
+
+
 def test_a_decision_record_carries_torch_compile_measured_after_the_suggestion_was_shown(
     tmp_path: Path,
 ) -> None:
