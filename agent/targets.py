@@ -117,12 +117,15 @@ class HostFacts:
     relevant: tuple[tuple[int, int], ...]
     launchers: frozenset[str]  # host functions that launch kernels
     launch_count: int  # `<<<` in the file
+    # Quotes and block-comment marks in the file: an edit that changes them can retokenise everything
+    # after it (a printf's string left open swallows the next call of a launcher), far from the edit.
+    token_marks: tuple[int, ...] = ()
 
     def after(self, earlier: EarlierRead, data: bytes, tree: Tree) -> HostFacts | None:
         """These facts for the text after `earlier`'s edit, if the edit cannot have changed them (typing in
         a comment, in a kernel, in a host function that launches nothing and calls no launcher)."""
         edit = earlier.edit
-        if data.count(b"<<<") != self.launch_count:
+        if data.count(b"<<<") != self.launch_count or token_marks(data) != self.token_marks:
             return None
         if any(start < edit.old_end and edit.start < end for start, end in self.relevant):
             return None
@@ -140,8 +143,14 @@ class HostFacts:
             text = data[node.start_byte : node.end_byte]
             if any(name.encode() in text for name in self.launchers):
                 return None  # a new call of a launcher: a new calling context
+            if b"<<<" in text:
+                return None  # a launch whose function this edit may make or unmake (a `}` typed early)
         shifted = tuple((s, e) if e <= edit.start else (s + delta, e + delta) for s, e in self.relevant)
         return replace(self, relevant=shifted)
+
+
+def token_marks(data: bytes) -> tuple[int, ...]:
+    return tuple(data.count(mark) for mark in (b'"', b"'", b"/*", b"*/"))
 
 
 class _Host:
@@ -174,7 +183,7 @@ class _Host:
         dependencies = {name: program.dependencies(name) for name in program.launched}
         return HostFacts(
             dependencies, program.typedefs, tuple(program.relevant), program.launchers,
-            self.data.count(b"<<<"),
+            self.data.count(b"<<<"), token_marks(self.data),
         )  # fmt: skip
 
     def _program_ranges(self) -> tuple[tuple[int, int], ...]:

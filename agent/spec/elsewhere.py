@@ -4,13 +4,14 @@
 The launching file's host code is read as if the header's declarations were at its top (its #defines,
 constants and type aliases: `using half_t = __half;` lives with the kernels), and the spec comes from
 those launches the way it comes from launches in the kernel's own file; the note names the file.
-Files are looked for in the kernel's folder and the folder above it, the ones that mention the kernel's
-name next to a `<<<` only, and kept per folder listing (names, sizes, modification times), so the
-language server does not read the folder again on every keystroke.
+Files are looked for in the kernel's folder and the folder above it, and each is read once per size and
+modification time (the kernels it launches kept with it), so the language server does not read the
+folder again on every keystroke.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -27,7 +28,7 @@ MAX_FILES = 400  # a folder with more is a build or data folder, not a project's
 MAX_BYTES = 2_000_000
 
 _LAUNCHED = re.compile(rb"\b([A-Za-z_]\w*)\s*(?:<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>\s*)?<<<")
-_LISTINGS: BoundedMemo[tuple[object, ...], dict[str, tuple[tuple[Path, bytes], ...]]] = BoundedMemo(32)
+_FILES: BoundedMemo[tuple[object, ...], tuple[bytes, tuple[str, ...]]] = BoundedMemo(MAX_FILES)
 
 
 class Neighbours:
@@ -42,13 +43,17 @@ class Neighbours:
         """(file, its bytes) for each file in the folder, then the one above, that launches `kernel`."""
         if self._launched is None:
             self._launched = {}
-            for folder in dict.fromkeys((self.path.parent, self.path.parent.parent)):
+            # A buffer with no file of its own (untitled) has no folder to look in.
+            here = self.path.absolute().parent if self.path.is_file() else None
+            for folder in dict.fromkeys((here, here.parent) if here else ()):
                 for name, files in _launches_in(folder).items():
                     self._launched.setdefault(name, []).extend(f for f in files if f[0] != self.path)
         return self._launched.get(kernel, [])
 
 
 def _launches_in(folder: Path) -> dict[str, tuple[tuple[Path, bytes], ...]]:
+    """Kernel name -> the files of `folder` that launch it. Each file is read once per (size, mtime): a
+    project folder where one file changes is not read again whole."""
     try:
         entries = sorted(
             (e.name, e.stat().st_size, e.stat().st_mtime_ns)
@@ -59,30 +64,51 @@ def _launches_in(folder: Path) -> dict[str, tuple[tuple[Path, bytes], ...]]:
         return {}
     if len(entries) > MAX_FILES:
         return {}
+    index: dict[str, list[tuple[Path, bytes]]] = {}
+    for name, size, mtime in entries:
+        if size > MAX_BYTES:
+            continue
+        path = folder / name
+        data, launched = _FILES.get_or_make((str(path), size, mtime), lambda path=path: _read(path))
+        for kernel in launched:
+            index.setdefault(kernel, []).append((path, data))
+    return {name: tuple(files) for name, files in index.items()}
 
-    def read() -> dict[str, tuple[tuple[Path, bytes], ...]]:
-        index: dict[str, list[tuple[Path, bytes]]] = {}
-        for name, size, _ in entries:
-            if size > MAX_BYTES:
-                continue
-            try:
-                data = (folder / name).read_bytes()
-            except OSError:
-                continue
-            for launched in dict.fromkeys(m.group(1).decode() for m in _LAUNCHED.finditer(data)):
-                index.setdefault(launched, []).append((folder / name, data))
-        return {name: tuple(files) for name, files in index.items()}
 
-    return _LISTINGS.get_or_make((str(folder.resolve()), tuple(entries)), read)
+def _read(path: Path) -> tuple[bytes, tuple[str, ...]]:
+    """A file's bytes and the kernels it launches (none when it launches nothing: its bytes are not kept)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return b"", ()
+    if b"<<<" not in data:
+        return b"", ()
+    return data, tuple(dict.fromkeys(m.group(1).decode() for m in _LAUNCHED.finditer(data)))
+
+
+_INFERRED: BoundedMemo[tuple[object, ...], tuple[KernelSpec | None, str]] = BoundedMemo()
 
 
 def infer_from_elsewhere(
     neighbours: Neighbours, kernel: Kernel, tree: Tree, own: ProgramHost
 ) -> tuple[KernelSpec | None, str]:
     """The spec that another file's launches of `kernel` imply (`own`: the kernel's file's host facts,
-    `tree` its parse), or (None, why not)."""
+    `tree` its parse), or (None, why not). Kept per kernel text, the header's declarations and the
+    launching files' bytes: typing in the header re-reads the other files only when they could matter."""
+    files = neighbours.launching(kernel.name)
+    key = (
+        own.data[kernel.start_byte : kernel.end_byte],
+        own.globals_digest,
+        tuple((str(path), hashlib.blake2b(data, digest_size=16).digest()) for path, data in files),
+    )
+    return _INFERRED.get_or_make(key, lambda: _infer(files, kernel, tree, own))
+
+
+def _infer(
+    files: list[tuple[Path, bytes]], kernel: Kernel, tree: Tree, own: ProgramHost
+) -> tuple[KernelSpec | None, str]:
     reasons = []
-    for other, data in neighbours.launching(kernel.name):
+    for other, data in files:
         host = ProgramHost(parse_cuda(data), data, place=f" of {other.name}")
         host.include(own)
         points, why = read_program_points(kernel, host)

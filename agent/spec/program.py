@@ -175,6 +175,12 @@ class ProgramHost:
             ]
             name = _function_name(function.child_by_field_name("declarator"), self)
             if name and depth > 0:
+                # Which calls there are, wherever they are: one appearing or vanishing (inside a string
+                # left open) changes the calling contexts even where no function around them changed.
+                parts += [
+                    _function_name(f.child_by_field_name("declarator"), self).encode() if f else b"(none)"
+                    for f in map(_enclosing_function, self.callers(name))
+                ]
                 callers = {f.start_byte: f for f in map(_enclosing_function, self.callers(name)) if f}
                 parts += [
                     self._function_dependencies(f, depth - 1) for f in callers.values() if f != function
@@ -852,7 +858,12 @@ def _contexts(call: Node, file: ProgramHost, depth: int = 0) -> Iterator[_Scope]
     if function is None:
         return
     name = _function_name(function.child_by_field_name("declarator"), file)
-    callers = [c for c in file.callers(name) if not _inside(c, function)] if name else []
+    # A call outside any function (host code broken mid-edit) is no calling context.
+    callers = (
+        [c for c in file.callers(name) if not _inside(c, function) and _enclosing_function(c) is not None]
+        if name
+        else []
+    )
     if not callers or depth >= MAX_CALLER_DEPTH:
         yield from _each_choice(lambda choices: _Scope(file, function, call.start_byte, None, choices))
         return
