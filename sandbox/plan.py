@@ -102,6 +102,11 @@ class Problem:
     # each may use the ones before it.
     oracle_intermediates: tuple[tuple[str, str], ...] = ()
     bytes_moved: int = 0  # compulsory DRAM traffic, for the roofline
+    # The bytes any correct kernel must move, for the plausibility floor: the spec's `bytes` where written
+    # (its author vouches for it), else the outputs written once. An input may be read only in part (a
+    # gather's embedding table, the lower half of a causal mask): counting it whole rejected honest
+    # kernels as faster than physics. None: bytes_moved.
+    floor_bytes: int | None = None
     flops: int = 0
     flop_dtype: str = "float32"  # which measured FLOP ceiling applies
 

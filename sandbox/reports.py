@@ -89,6 +89,8 @@ class TimingReport:
     flop_rate_tflops: float | None = None
     roofline_fraction: float | None = None  # of the binding ceiling
     floor_ms: float | None = None  # the fastest time physics allows at the measured ceilings
+    # The time below which the kernel cannot have done the work (Problem.floor_bytes): a cheat check.
+    plausible_floor_ms: float | None = None
 
     @property
     def spread_fraction(self) -> float:

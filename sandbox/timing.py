@@ -299,6 +299,10 @@ def _report(
     if problem.flops and tflops:
         floors.append(problem.flops / (tflops * 1e12) * 1e3)
     floor = max(floors) if floors else None
+    floor_bytes = problem.bytes_moved if problem.floor_bytes is None else problem.floor_bytes
+    hard = [problem.flops / (tflops * 1e12) * 1e3] if problem.flops and tflops else []
+    if floor_bytes and bandwidth_gbs:
+        hard.append(floor_bytes / (bandwidth_gbs * 1e9) * 1e3)
     return TimingReport(
         label=label,
         median_ms=median,
@@ -310,17 +314,19 @@ def _report(
         flop_rate_tflops=problem.flops / seconds / 1e12 if problem.flops and seconds else None,
         roofline_fraction=floor / median if floor and median else None,
         floor_ms=floor,
+        plausible_floor_ms=max(hard) if hard else None,
     )
 
 
 def _implausible(report: TimingReport, problem: Problem) -> CheckFailure | None:
-    if report.floor_ms is None or report.median_ms >= report.floor_ms * (1 - PLAUSIBILITY_MARGIN):
+    floor = report.plausible_floor_ms
+    if floor is None or report.median_ms >= floor * (1 - PLAUSIBILITY_MARGIN):
         return None
     return CheckFailure(
         check="implausible",
         message=(
             f"{report.label}: median {report.median_ms:.4f} ms is below the physical floor "
-            f"{report.floor_ms:.4f} ms (the problem's bytes and FLOPs at the measured ceilings) by more than "
+            f"{floor:.4f} ms (the problem's bytes and FLOPs at the measured ceilings) by more than "
             f"{PLAUSIBILITY_MARGIN:.0%}: it cannot have done the work"
         ),
         problem=problem.label,

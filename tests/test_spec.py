@@ -736,3 +736,33 @@ def test_a_mangled_spec_never_crashes_and_what_parses_round_trips(edits: list[tu
         for sizes in (None, *spec.verify_sizes):
             resolve(spec, sizes)
         assert reparse(spec, SOFTMAX_KERNEL) == spec
+
+
+def test_the_plausibility_floor_counts_only_what_every_correct_kernel_moves() -> None:
+    """A gather reads only the rows of its table that the tokens pick: counting the table whole made an
+    honest embedding kernel 'faster than physics' and every candidate was rejected. Without a written
+    `bytes`, the floor is the outputs written once; with one, the author's count."""
+    source = textwrap.dedent(
+        """\
+        /* cuda-agent
+        [sizes]
+        n = 1024
+        vocab = 50000
+        dim = 768
+        [args]
+        table = { role = "input", dtype = "float32", shape = ["vocab", "dim"] }
+        tokens = { role = "input", dtype = "int32", shape = ["n"] }
+        out = { role = "output", dtype = "float32", shape = ["n", "dim"] }
+        n = { role = "scalar", dtype = "int32", value = "n" }
+        [launch]
+        block = [256]
+        grid = ["n"]
+        */
+        __global__ void gather(const float* table, const int* tokens, float* out, int n) {}
+        """
+    )
+    problem, _ = resolve(parse_one(source))
+    assert problem.bytes_moved == (50000 * 768 + 1024 + 1024 * 768) * 4  # the roofline's estimate
+    assert problem.floor_bytes == 1024 * 768 * 4
+    written = resolve(parse_one(source.replace("[launch]", '[roofline]\nbytes = "n * dim * 8"\n[launch]')))[0]
+    assert written.floor_bytes == written.bytes_moved == 1024 * 768 * 8

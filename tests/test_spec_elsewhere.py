@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from cuda_agent.agent.rewrite import write_launch
 from cuda_agent.agent.targets import load_targets
 
@@ -68,3 +69,17 @@ def test_a_header_no_file_launches_keeps_the_signature_inference(tmp_path: Path)
     assert target is not None and target.spec is not None
     assert target.spec.sizes == {"n": 16777216}  # the signature's default size
     assert "pattern" in target.note
+
+
+def test_a_file_opened_by_a_relative_path_is_not_its_own_neighbour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "runner.cu").write_text(
+        HEADER.replace("#pragma once\n", "") + RUNNER.replace('#include "kernels/scale.cuh"\n', "")
+    )
+    monkeypatch.chdir(tmp_path)
+    target = load_targets(Path("runner.cu")).find("scale_kernel")
+    assert target is not None and target.spec is not None
+    written = write_launch(target, replace(target.spec.launch, block=(256,)))
+    assert not any("also launch it" in note for note in written.notes), written.notes
+    assert "const int threads = 256;" in written.text

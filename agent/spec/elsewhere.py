@@ -47,7 +47,8 @@ class Neighbours:
             here = self.path.absolute().parent if self.path.is_file() else None
             for folder in dict.fromkeys((here, here.parent) if here else ()):
                 for name, files in _launches_in(folder).items():
-                    self._launched.setdefault(name, []).extend(f for f in files if f[0] != self.path)
+                    own = self.path.resolve()
+                    self._launched.setdefault(name, []).extend(f for f in files if f[0].resolve() != own)
         return self._launched.get(kernel, [])
 
 

@@ -143,8 +143,10 @@ def resolve(
     tolerances = {output.name: _tolerance(spec, by_name[output.name], reduction) for output in spec.outputs}
     if spec.bytes_moved is not None:
         bytes_moved = _evaluate(spec, ("roofline", "bytes"), spec.bytes_moved, point, 0, "bytes")
+        floor_bytes = bytes_moved
     else:  # compulsory traffic: every input read once, every output written once; inout both
         bytes_moved = sum(a.nbytes * (2 if a.role == "inout" else 1) for a in arguments if a.is_buffer)
+        floor_bytes = sum(a.nbytes for a in arguments if a.role in ("output", "inout"))
     flops = _evaluate(spec, ("roofline", "flops"), spec.flops, point, 0, "flops") if spec.flops else 0
     problem = Problem(
         label=" ".join(f"{name}={value}" for name, value in point.items()) or spec.kernel,
@@ -154,6 +156,7 @@ def resolve(
         oracle=dict(spec.oracle) if spec.oracle else None,
         oracle_intermediates=spec.intermediates,
         bytes_moved=bytes_moved,
+        floor_bytes=floor_bytes,
         flops=flops,
         flop_dtype=_flop_dtype(arguments),
     )
