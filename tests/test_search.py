@@ -10,8 +10,8 @@ from pathlib import Path
 
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.device_source import device_source
-from cuda_agent.agent.engine import Progress
-from cuda_agent.agent.optimize import PROPOSERS
+from cuda_agent.agent.engine import Baseline, Progress
+from cuda_agent.agent.optimize import PROPOSERS, explain
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
 from cuda_agent.agent.proposers.transforms import TRANSFORMS
 from cuda_agent.agent.search import (
@@ -28,7 +28,7 @@ from cuda_agent.agent.search import (
 )
 from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
-from cuda_agent.sandbox.reports import Comparison, TimingReport, VerificationReport
+from cuda_agent.sandbox.reports import Comparison, CompileResult, TimingReport, VerificationReport
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_MS = 1.0
@@ -224,3 +224,17 @@ def test_interleave() -> None:
     target = scale_add()
     a, b = propose_launch_configs(target)[:2], TRANSFORMS["restrict"](target)
     assert interleave([a, b, []]) == [a[0], b[0], a[1]]
+
+
+def test_a_roofline_past_100_percent_says_the_byte_count_is_too_high() -> None:
+    """An embedding gather read only part of its table and 'ran at 328% of the roofline': the byte count,
+    not the kernel, is wrong, and the user is told how to fix it."""
+
+    def baseline(fraction: float) -> Baseline:
+        timing = TimingReport("original", 0.0133, 0.0132, 0.0135, 500, roofline_fraction=fraction,
+                              bandwidth_gbs=13827.0)  # fmt: skip
+        return Baseline(None, None, (), None, CompileResult(True, None), timing=timing)  # type: ignore[arg-type]
+
+    assert "write [roofline] bytes for a true roofline" in explain(baseline(3.28), [], None)
+    honest = explain(baseline(0.42), [], None)
+    assert "runs at 42% of the measured roofline (13,827 GB/s)" in honest and "[roofline]" not in honest
