@@ -297,6 +297,31 @@ BENCH_SPEC = (ROOT / "bench" / "kernels" / "conv1d.cu").read_text().split("*/")[
 
 
 @needs_compiler
+@pytest.mark.parametrize(
+    ("guard", "end"),
+    [
+        ("if (i <= n - taps) {", "}"),
+        ("if (n - taps >= i) {", "}"),
+        ("if (i < n - taps + 1) {", "}"),
+        ("if (i > n - taps) return;", ""),
+        ("if (n - taps < i) return;", ""),
+    ],
+)
+def test_the_bound_is_recognised_however_it_is_spelled(guard: str, end: str) -> None:
+    """`if (i <= n - k)` is `if (i < n - k + 1)`: the convolution was left at 1.04x when spelled so."""
+    kernel = (
+        "__global__ void conv1d(const float* x, const float* w, float* y, int n, int taps)\n{\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        f"    {guard}\n        float acc = 0.0f;\n"
+        "        for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k];\n"
+        f"        y[i] = acc;\n    {end}\n}}\n"
+    )
+    tile, blocked = _tile_and_blocked(_target(BENCH_SPEC + kernel, "conv1d"))
+    assert "acc += tile[threadIdx.x + k] * w[k];" in tile.source
+    assert len(blocked) == len(OUTPUTS_PER_THREAD)
+
+
+@needs_compiler
 def test_the_bench_body_on_one_line_is_blocked_too() -> None:
     body = (
         "if (i < m) { float acc = 0.0f; for (int k = 0; k < taps; ++k) acc += x[i + k] * w[k]; y[i] = acc; }"

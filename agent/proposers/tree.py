@@ -328,8 +328,15 @@ class Guarded:
 
 
 def _bounds(condition: Node, negated: bool, tree: KernelTree) -> dict[str, str] | None:
-    """`i < n && j < m` (or, negated, `i >= n || j >= m`) -> {i: n, j: m}."""
-    joiner, compare, flipped = ("||", ">=", "<=") if negated else ("&&", "<", ">")
+    """`i < n && j < m` (or, negated, `i >= n || j >= m`) -> {i: n, j: m}, however the comparison is
+    spelled: `i <= n - k` and `n - k >= i` are `i < n - k + 1` (negated: `i > n - k`, `n - k < i`)."""
+    joiner = "||" if negated else "&&"
+    # operator -> (is the index on the left, is the bound inclusive)
+    forms = (
+        {">=": (True, False), "<=": (False, False), ">": (True, True), "<": (False, True)}
+        if negated
+        else {"<": (True, False), ">": (False, False), "<=": (True, True), ">=": (False, True)}
+    )
     found: dict[str, str] = {}
     for part in operands(strip_parens(condition), joiner):
         op = part.child_by_field_name("operator")
@@ -337,13 +344,25 @@ def _bounds(condition: Node, negated: bool, tree: KernelTree) -> dict[str, str] 
         if part.type != "binary_expression" or op is None or left is None or right is None:
             return None
         left, right = strip_parens(left), strip_parens(right)
-        if op.type == compare and left.type == "identifier":
-            found[tree.text(left)] = tree.text(right)
-        elif op.type == flipped and right.type == "identifier":
-            found[tree.text(right)] = tree.text(left)
-        else:
+        form = forms.get(op.type)
+        if form is None:
             return None
+        index, bound = (left, right) if form[0] else (right, left)
+        if index.type != "identifier":
+            return None
+        found[tree.text(index)] = _past(bound, tree) if form[1] else tree.text(bound)
     return found
+
+
+def _past(bound: Node, tree: KernelTree) -> str:
+    """The exclusive bound of an inclusive one: `n - k` -> `n - k + 1`, `n >> 1` -> `(n >> 1) + 1`."""
+    text = tree.text(bound)
+    additive = bound.type in ("identifier", "number_literal", "field_expression", "call_expression") or (
+        bound.type == "binary_expression"
+        and (op := bound.child_by_field_name("operator")) is not None
+        and op.type in ("+", "-", "*", "/", "%")
+    )
+    return f"{text} + 1" if additive else f"({text}) + 1"
 
 
 def guarded_region(tree: KernelTree) -> Guarded | None:
