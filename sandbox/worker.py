@@ -11,6 +11,7 @@ is answered with WorkerError(kind="cuda_error") and the process exits; the clien
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -184,7 +185,8 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
     """Entry point of the worker process."""
     cupy, error = _start_cuda(gpu_index)
     if error is not None:
-        conn.send(error)
+        with contextlib.suppress(BrokenPipeError, EOFError, OSError):  # the caller may be gone already
+            conn.send(error)
         conn.close()
         return
     from cuda_agent.sandbox.buffers import (
@@ -209,7 +211,10 @@ def worker_main(conn: Connection, gpu_index: int) -> None:
         conn.send(WorkerError("no_gpu", f"GPU {gpu_index} failed its warm-up: {exc!r}"))
         return
     device = describe_device(gpu_index)
-    conn.send(Heartbeat("ready"))
+    try:
+        conn.send(Heartbeat("ready"))
+    except (BrokenPipeError, EOFError, OSError):
+        return  # a standby worker whose caller closed while it started (a session's end): nothing to say
     beat = _Beat(conn, kernel_queued)
     while True:
         try:

@@ -8,7 +8,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
 from cuda_agent.sandbox.protocol import Heartbeat
-from cuda_agent.sandbox.worker import HOST_BEAT_S, _Beat
+from cuda_agent.sandbox.worker import HOST_BEAT_S, _Beat, worker_main
 
 
 def heard(conn: Connection, seconds: float) -> list[object]:
@@ -76,3 +76,12 @@ def test_host_work_past_its_limit_falls_silent() -> None:
         time.sleep(1.6 * HOST_BEAT_S)
         assert len(heard(caller, 0.0)) <= 1  # at most the one beat inside the limit
         assert heard(caller, 2.5 * HOST_BEAT_S) == []  # then silence: the caller will call it a hang
+
+
+def test_a_worker_whose_caller_left_before_it_started_exits_quietly() -> None:
+    """A standby worker started at a session's end found its pipe closed and printed a BrokenPipeError
+    traceback. Whether it gets as far as its GPU (the ready notice) or not (no GPU here: the error), it
+    returns without raising."""
+    ours, theirs = Pipe()
+    ours.close()
+    worker_main(theirs, 0)  # must not raise BrokenPipeError
