@@ -23,9 +23,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from cuda_agent.agent.kernels import Kernel, LaunchSite, Span, find_kernels, find_launch_sites
+from cuda_agent.agent.kernels import Kernel, LaunchSite, find_kernels, find_launch_sites
 from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.spec import KernelSpec, LaunchSpec
+from cuda_agent.agent.spec.checks import block_values
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.spec.model import SpecResolveError
 from cuda_agent.agent.spec.program import (
@@ -49,8 +50,6 @@ from cuda_agent.agent.spec.resolve import complete_sizes, instantiation
 from cuda_agent.agent.spec.validate import split_template_arguments
 from tree_sitter import Node
 
-_NO_SPAN = Span(0, 0, 0, 0, 0, 0)
-
 
 class NotExpressible(Exception):
     """The expression uses something the launch site cannot state (an unknown size, an operation)."""
@@ -59,9 +58,8 @@ class NotExpressible(Exception):
 def site_config(spec: KernelSpec, kernel: Kernel, launch: LaunchSpec, site: LaunchSite) -> str | None:
     """The new text between `<<<` and `>>>` for `site` (its stream kept), or None when the launch cannot
     be written in the site's terms."""
-    sizes = _sizes_at(spec, kernel, site)
-    block = {f"block.{axis}": str(launch.block[i]) if i < len(launch.block) else "1" for i, axis in
-             enumerate("xyz")}  # fmt: skip
+    sizes = _sizes_at(spec, kernel, site.arguments)
+    block = {name: str(value) for name, value in block_values(launch.block).items()}
     try:
         grid = [_bare(_cpp(dim, sizes, block)) for dim in launch.grid]
         written = str(launch.shared_bytes).strip()
@@ -86,16 +84,17 @@ def _dims(values: list[str]) -> str:
     return values[0] if len(values) == 1 else f"dim3({', '.join(values)})"
 
 
-def _sizes_at(spec: KernelSpec, kernel: Kernel, site: LaunchSite) -> dict[str, str]:
-    """Size name → the site's expression for it, from the scalar parameters that carry a size."""
-    if len(site.arguments) != len(kernel.parameters):
+def _sizes_at(spec: KernelSpec, kernel: Kernel, arguments: tuple[str, ...]) -> dict[str, str]:
+    """Size name → the launch's expression for it (`arguments`: the call's, as written), from the scalar
+    parameters that carry a size."""
+    if len(arguments) != len(kernel.parameters):
         return {}
     carried: dict[str, str] = {}
     for index, parameter in enumerate(kernel.parameters):
         argument = spec.argument(parameter.name)
         value = str(argument.value).strip() if argument is not None and argument.value is not None else ""
         if argument is not None and argument.role == "scalar" and value in spec.sizes:
-            carried.setdefault(value, _operand(site.arguments[index].strip()))
+            carried.setdefault(value, _operand(arguments[index].strip()))
     # Sizes written as expressions of carried ones ("total = rows * cols") follow; a plain number is the
     # spec's benchmark value, not the program's, so it is not carried.
     for name, expression in spec.size_expressions.items():
@@ -197,6 +196,7 @@ def _render(node: ast.expr, sizes: Mapping[str, str], block: Mapping[str, str]) 
 class SitesWritten:
     text: str  # the file with the kernel's launches written for the new launch
     notes: tuple[str, ...]  # one sentence per launch left as it was, with the reason
+    launches: int = 0  # how many launches of the kernel the file holds
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,7 @@ def write_launch_sites(text: str, spec: KernelSpec, kernel_name: str, launch: La
     reading = _Reading(text, kernel_name, spec)
     if reading.kernel is None or not reading.calls:
         return SitesWritten(text, ())
+    launches = len(reading.calls)
     notes: list[str] = []
     planned: list[Edits] = []
     checked: set[int] = set()
@@ -259,13 +260,12 @@ def write_launch_sites(text: str, spec: KernelSpec, kernel_name: str, launch: La
             continue
         chosen.update(plan)
     if not chosen:
-        return SitesWritten(text, tuple(notes))
+        return SitesWritten(text, tuple(notes), launches)
     edited = _apply(text, chosen)
     wrong = _check(edited, spec, kernel_name, launch, checked)
     if wrong:
-        notes += wrong
-        return SitesWritten(text, tuple(notes))
-    return SitesWritten(edited, tuple(notes))
+        return SitesWritten(text, (*notes, *wrong), launches)
+    return SitesWritten(edited, tuple(notes), launches)
 
 
 class _Reading:
@@ -362,9 +362,13 @@ def _plan(
             holders = replace(holders, block=at_launch, block_names=names_at_launch)
             own_block = True
             remarks.append(f"the launch at line {call.start_point[0] + 1} got its own block ({why})")
-    why = _template_edits(spec, launch, reading, call, scope, point, edits) or _scalar_edits(
-        spec, launch, reading, call, scope, point, edits
-    )
+    constants = _template_constants(spec, launch, reading, call, point)
+    scalars = _scalar_constants(spec, launch, reading, call, point)
+    if isinstance(constants, str):
+        return constants
+    if isinstance(scalars, str):
+        return scalars
+    why = _constant_edits([*constants, *scalars], reading, call, scope, edits)
     if why:
         return why
     names: list[str] = []
@@ -379,7 +383,7 @@ def _plan(
     shared_follows = _agrees(spec, reading.kernel, launch, point, kept, "shared")
     at_site = _sizes_in_call(spec, reading.kernel, call, reading.host)
     try:
-        literal_terms = {f"block.{a}": str(new.block[i]) for i, a in enumerate("xyz")}
+        literal_terms = {name: str(value) for name, value in block_values(new.block).items()}
 
         def written_at(holder: Holder, expression: str) -> str:
             """The expression in the launch's terms, with the block's names where they are declared
@@ -433,19 +437,18 @@ def _same_instance(spec: KernelSpec, launch: LaunchSpec, point: ProgramPoint) ->
     return _instance(spec, spec.instantiate, launch.block) == _instance(spec, point.instantiate, point.block)
 
 
-def _template_edits(
-    spec: KernelSpec,
-    launch: LaunchSpec,
-    reading: _Reading,
-    call: Node,
-    scope: _Scope,
-    point: ProgramPoint,
-    edits: Edits,
-) -> str | None:
+# A value the launch passes that must change with the block: its expression at the launch, the new
+# value, and what it is (for a message).
+Constant = tuple[Node, str, str]
+
+
+def _template_constants(
+    spec: KernelSpec, launch: LaunchSpec, reading: _Reading, call: Node, point: ProgramPoint
+) -> list[Constant] | str:
     """The launch's template arguments that must change with the block (`k<256><<<g, 256>>>`, or
-    `k<kBlock>` with its own constant), into `edits`; or why they cannot."""
+    `k<kBlock>` with its own constant); or why they cannot."""
     if _same_instance(spec, launch, point) or not spec.instantiate:
-        return None
+        return []
     wanted = _instance(spec, spec.instantiate, launch.block)
     if wanted is None:
         return "the new instantiation cannot be evaluated"
@@ -454,23 +457,15 @@ def _template_edits(
     if len(given) != len(values):
         return "the launch's template arguments are not all written"
     kinds = [p.kind for p in reading.kernel.template_parameters] if reading.kernel else []
-    for index, (argument, value) in enumerate(zip(given, values, strict=True)):
-        if index < len(kinds) and kinds[index] == "type":
-            continue
-        node = argument.named_children[0] if argument.type == "type_descriptor" else argument
-        found = constant_holder(
-            reading.kernel.name if reading.kernel else "", call, node, scope, reading.host
+    return [
+        (
+            argument.named_children[0] if argument.type == "type_descriptor" else argument,
+            value,
+            "a template argument",
         )
-        if isinstance(found, str):
-            return found
-        span = (found.start, found.end)
-        current = reading.text.encode("utf-8")[found.start : found.end].decode("utf-8", "replace")
-        if current.strip() == value or edits.get(span, value) != value:
-            if edits.get(span, value) != value:
-                return f"{found.owner} sets both the block and a template argument, to different values"
-            continue
-        edits[span] = value
-    return None
+        for index, (argument, value) in enumerate(zip(given, values, strict=True))
+        if index >= len(kinds) or kinds[index] != "type"
+    ]
 
 
 def _block_scalars(
@@ -479,10 +474,7 @@ def _block_scalars(
     """Parameter → the value `launch` gives it, for the integer scalars that follow the block (`value =
     "block.x"`: a tile width, a block size passed as an argument), at the point's sizes."""
     sizes = _spec_sizes(spec, kernel, point)
-    values = {
-        **sizes,
-        **{f"block.{a}": (launch.block[i] if i < len(launch.block) else 1) for i, a in enumerate("xyz")},
-    }
+    values = {**sizes, **block_values(launch.block)}
     wanted = {}
     for argument in spec.arguments:
         if argument.role != "scalar" or not isinstance(argument.value, str) or "block" not in argument.value:
@@ -503,33 +495,37 @@ def _scalar_values(point: ProgramPoint, names: Iterable[str]) -> dict[str, int |
     return found
 
 
-def _scalar_edits(
-    spec: KernelSpec,
-    launch: LaunchSpec,
-    reading: _Reading,
-    call: Node,
-    scope: _Scope,
-    point: ProgramPoint,
-    edits: Edits,
-) -> str | None:
-    """The launch's arguments for scalars that follow the block, set to the new block's values."""
+def _scalar_constants(
+    spec: KernelSpec, launch: LaunchSpec, reading: _Reading, call: Node, point: ProgramPoint
+) -> list[Constant] | str:
+    """The launch's arguments for scalars that follow the block, with the new block's values."""
     assert reading.kernel is not None
     wanted = _block_scalars(spec, launch, point, reading.kernel)
     if not wanted or _scalar_values(point, wanted) == wanted:
-        return None
+        return []
     listed = call.child_by_field_name("arguments")
     arguments = [a for a in listed.named_children if a.type != "comment"] if listed is not None else []
     index = {p.name: i for i, p in enumerate(reading.kernel.parameters)}
-    for name, value in wanted.items():
-        if index[name] >= len(arguments):
-            return f"the launch does not pass {name}"
-        found = constant_holder(reading.kernel.name, call, arguments[index[name]], scope, reading.host)
+    if any(index[name] >= len(arguments) for name in wanted):
+        return "the launch does not pass every argument"
+    return [(arguments[index[name]], str(value), name) for name, value in wanted.items()]
+
+
+def _constant_edits(
+    constants: list[Constant], reading: _Reading, call: Node, scope: _Scope, edits: Edits
+) -> str | None:
+    """Each value written where its constant is held (a literal at the launch, a local's initializer),
+    into `edits`; or why one cannot be changed with this kernel's launch."""
+    kernel = reading.kernel.name if reading.kernel else ""
+    for node, value, what in constants:
+        found = constant_holder(kernel, call, node, scope, reading.host)
         if isinstance(found, str):
             return found
         span = (found.start, found.end)
-        if edits.get(span, str(value)) != str(value):
-            return f"{found.owner} sets both the block and {name}, to different values"
-        edits[span] = str(value)
+        if edits.get(span, value) != value:
+            return f"{found.owner} sets both the block and {what}, to different values"
+        if reading.host.data[found.start : found.end].decode("utf-8", "replace").strip() != value:
+            edits[span] = value
     return None
 
 
@@ -588,7 +584,7 @@ def _evaluate(
     shared: str,
     sizes: Mapping[str, int],
 ) -> _Evaluated | None:
-    values = {**sizes, **{f"block.{a}": (block[i] if i < len(block) else 1) for i, a in enumerate("xyz")}}
+    values = {**sizes, **block_values(tuple(block))}
     try:
         dims = tuple(evaluate(g, values, allow_block=True) for g in grid)
         shared_value = evaluate(shared, values, allow_block=True)
@@ -601,8 +597,7 @@ def _sizes_in_call(spec: KernelSpec, kernel: Kernel, call: Node, host: ProgramHo
     """Size name → the launch's argument text that carries it."""
     listed = call.child_by_field_name("arguments")
     arguments = [host.text(a) for a in listed.named_children if a.type != "comment"] if listed else []
-    site = LaunchSite(kernel.name, None, (), tuple(arguments), _NO_SPAN, _NO_SPAN)
-    return _sizes_at(spec, kernel, site)
+    return _sizes_at(spec, kernel, tuple(arguments))
 
 
 def _apply(text: str, edits: Edits) -> str:

@@ -18,13 +18,6 @@ def _block_text(block: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(b) for b in block) + "]"
 
 
-def with_launch_block(target: KernelTarget, block: tuple[int, ...]) -> str:
-    """The file with the kernel's block shape changed where the user will look for it (the spec, and the
-    host code's launches, in their own terms: see with_launch)."""
-    assert target.spec is not None
-    return with_launch(target, replace(target.spec.launch, block=tuple(block)))
-
-
 def _empty_span_at_end(span: Span) -> Span:
     return replace(span, start_byte=span.end_byte, start_line=span.end_line, start_column=span.end_column)
 
@@ -64,6 +57,10 @@ def write_launch(target: KernelTarget, launch: LaunchSpec, source: str | None = 
     else:
         edits += _spec_edits(target.spec, launch)
     written = write_launch_sites(_applied(text, edits), target.spec, target.kernel.name, launch)
+    if written.launches:
+        return written
+    # Launched nowhere in its own file (a header's kernel): its launches are in files this edit does not
+    # touch. Only then is the folder looked at (each launch-config candidate comes through here).
     elsewhere = [f.name for f, _ in Neighbours(target.path).launching(target.kernel.name)]
     if elsewhere:  # a header's kernel: its launches are in files this edit does not touch
         block = " × ".join(map(str, launch.block))
