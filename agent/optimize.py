@@ -14,6 +14,7 @@ from cuda_agent.agent.llm.providers import make_provider
 from cuda_agent.agent.llm.settings import LlmSettings, disabled_reason, settings_from_env
 from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
+from cuda_agent.agent.proposers.rewrites import REWRITE_PROPOSERS
 from cuda_agent.agent.proposers.transforms import TRANSFORMS
 from cuda_agent.agent.rewrite import write_launch
 from cuda_agent.agent.sanitizer_gate import SanitizerGate
@@ -41,9 +42,11 @@ def _launch_written(
 
 # Every offline proposer by name: `propose(target) -> list[Candidate]`, [] where it does not apply. Each
 # must also accept a target whose file is an earlier candidate's (the search combines them that way).
-# The search takes one candidate of each in turn, in this order: idioms first, since where one applies it
-# is the large gain and the user sees it seconds sooner; launch tuning, the smallest step, last.
+# The search takes one candidate of each in turn, in this order: the analysis-driven rewrites and the
+# idioms first, since where one applies it is the large gain and the user sees it seconds sooner; launch
+# tuning, the smallest step, last.
 PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
+    **{name: _launch_written(propose) for name, propose in REWRITE_PROPOSERS.items()},
     **{name: _launch_written(propose) for name, propose in IDIOM_PROPOSERS.items()},
     **TRANSFORMS,
     "launch-config": propose_launch_configs,

@@ -1,4 +1,5 @@
-"""`python -m bench [--kernels NAME...] [--budget-s 180] [--out bench/results]`: the bench suite.
+"""`python -m bench [--suite classic|outside|all] [--kernels NAME...] [--budget-s 180] [--out bench/results]`:
+the bench suites (bench/suite.py), all of them unless --suite says which.
 
 `python -m bench --merge A.json B.json`: one table from runs of parts of the suite (a GPU session too short
 for all of it runs it in parts)."""
@@ -11,12 +12,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.runner import DEFAULT_BUDGET_S, DEFAULT_OUT
+from bench.suite import ALL, SUITE_CHOICES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The bench's options, shared with `cuda-agent bench`."""
     parser.add_argument(
-        "--kernels", nargs="+", metavar="NAME", help="only these (kernel names or file stems)"
+        "--suite", choices=SUITE_CHOICES, default=ALL, help="which suite (default: all of them)"
+    )
+    parser.add_argument(
+        "--kernels", nargs="+", metavar="NAME", help="only these (kernel names or file stems, in any suite)"
     )
     parser.add_argument(
         "--budget-s", type=float, default=DEFAULT_BUDGET_S, help="search budget a kernel, in seconds"
@@ -44,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = EngineSettings(gpu_index=args.gpu, use_cache=args.cache)
     try:
         with Engine(settings) as engine:
-            return run_bench(engine, args.kernels, args.budget_s, args.out, args.proposer)
+            return run_bench(engine, args.kernels, args.budget_s, args.out, args.proposer, suite=args.suite)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -54,7 +59,7 @@ def merge_runs(paths: Sequence[Path], out: Path) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from bench.report import from_json, merge, rich_table, summary_lines, write
+    from bench.report import from_json, merge, rich_table, run_summary_lines, write
 
     console = Console(highlight=False)
     try:
@@ -63,7 +68,7 @@ def merge_runs(paths: Sequence[Path], out: Path) -> int:
         console.print(f"[red]cannot merge: {escape(str(exc))}[/]")
         return 2
     console.print(rich_table(run))
-    for line in summary_lines(run.summary, run.budget_s):
+    for line in run_summary_lines(run):
         console.print(line)
     json_path, markdown_path = write(run, out)
     console.print(f"wrote {json_path} and {markdown_path.name}")

@@ -40,6 +40,7 @@ class KernelResult:
     explanation: str = ""  # the optimizer's sentence: why this is the answer
     torch_note: str = ""
     error: str = ""  # why the kernel could not be benchmarked
+    suite: str = "classic"  # bench/suite.py's suite; runs written before there were two are all classic
 
     @property
     def final_ms(self) -> float | None:
@@ -66,6 +67,9 @@ class Summary:
     median_first_improvement_s: float | None  # kernels that never improved count as never (inf)
 
 
+ALL_SUITES = "all suites"  # the label of a run's summary over every suite in it
+
+
 @dataclass(frozen=True)
 class BenchRun:
     gpu: str
@@ -79,6 +83,19 @@ class BenchRun:
     @property
     def summary(self) -> Summary:
         return summarize(self.results)
+
+    @property
+    def suites(self) -> tuple[str, ...]:
+        """The suites of the results, in the order they first appear."""
+        return tuple(dict.fromkeys(r.suite for r in self.results))
+
+    def summaries(self) -> list[tuple[str, Summary]]:
+        """Each suite's summary, then all of them together, labelled; only the one when the run holds a
+        single suite."""
+        parts = [(suite, summarize([r for r in self.results if r.suite == suite])) for suite in self.suites]
+        if len(parts) != 1:
+            parts.append((ALL_SUITES, self.summary))
+        return parts
 
 
 def geometric_mean(values: Sequence[float]) -> float | None:
@@ -110,8 +127,9 @@ def summarize(results: Sequence[KernelResult]) -> Summary:
 
 COLUMNS = (
     "kernel", "original", "best", "speedup", "roofline", "torch eager", "torch.compile",
-    "vs compile", "first gain", "search", "best change",
+    "vs compile", "first gain", "search", "suite", "best change",
 )  # fmt: skip
+TEXT_COLUMNS = ("kernel", "suite", "best change")  # left-aligned; the others are figures
 
 
 def _ms(value: float | None) -> str:
@@ -136,7 +154,7 @@ def row(result: KernelResult) -> tuple[str, ...]:
     """One kernel as the table's cells (the same in the terminal and in Markdown)."""
     if result.original_ms is None:
         return (result.kernel, "—", "—", "—", "—", _ms(result.torch_eager_ms), _ms(result.torch_compile_ms),
-                "—", "—", _seconds(result.search_s), f"not run: {result.error}")  # fmt: skip
+                "—", "—", _seconds(result.search_s), result.suite, f"not run: {result.error}")  # fmt: skip
     roofline = (
         f"{_fraction(result.roofline_before)} → {_fraction(result.roofline_after or result.roofline_before)}"
     )
@@ -151,6 +169,7 @@ def row(result: KernelResult) -> tuple[str, ...]:
         _times(result.vs_torch_compile),
         _seconds(result.first_improvement_s) if result.best_ms is not None else "never",
         _seconds(result.search_s),
+        result.suite,
         result.best_description or result.explanation,
     )
 
@@ -170,10 +189,23 @@ def summary_lines(summary: Summary, budget_s: float) -> list[str]:
     ]
 
 
+def _section_title(label: str, summary: Summary) -> str:
+    return f"{label} ({summary.kernels} kernels)" if label == ALL_SUITES else f"{label} suite"
+
+
+def run_summary_lines(run: BenchRun) -> list[str]:
+    """The summary for the terminal: each suite's lines under its name, then all suites together."""
+    lines: list[str] = []
+    for label, summary in run.summaries():
+        lines.append(f"[bold]{_section_title(label, summary)}[/]")
+        lines += [f"  {line}" for line in summary_lines(summary, run.budget_s)]
+    return lines
+
+
 def rich_table(run: BenchRun) -> Table:
     table = Table(title=f"cuda-agent bench · {run.gpu} · {run.started[:16]}", title_justify="left")
     for name in COLUMNS:
-        table.add_column(name, justify="left" if name in ("kernel", "best change") else "right",
+        table.add_column(name, justify="left" if name in TEXT_COLUMNS else "right",
                          overflow="fold", max_width=48 if name == "best change" else None)  # fmt: skip
     for result in run.results:
         table.add_row(*row(result))
@@ -192,10 +224,12 @@ def to_markdown(run: BenchRun) -> str:
         f"proposers: {', '.join(run.proposers) or 'default'}",
         "",
         "| " + " | ".join(COLUMNS) + " |",
-        "|" + "|".join("---" if c in ("kernel", "best change") else "---:" for c in COLUMNS) + "|",
+        "|" + "|".join("---" if c in TEXT_COLUMNS else "---:" for c in COLUMNS) + "|",
     ]
     lines += ["| " + " | ".join(_markdown_cell(c) for c in row(r)) + " |" for r in run.results]
-    lines += ["", *(f"- {line}" for line in summary_lines(run.summary, run.budget_s))]
+    for label, summary in run.summaries():
+        lines += ["", f"**{_section_title(label, summary)}**", ""]
+        lines += [f"- {line}" for line in summary_lines(summary, run.budget_s)]
     details = [r for r in run.results if r.explanation or r.torch_note or r.error]
     if details:
         lines += ["", "## Per kernel", ""]
@@ -212,16 +246,23 @@ def _finite(value: object) -> object:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+def _summary_json(summary: Summary) -> dict[str, object]:
+    return {k: _finite(v) for k, v in dataclasses.asdict(summary).items()}
+
+
 def to_json(run: BenchRun) -> str:
-    summary = {k: _finite(v) for k, v in dataclasses.asdict(run.summary).items()}
-    payload = {**dataclasses.asdict(run), "summary": summary}
+    """The run, its summary over every kernel (`summary`) and each suite's (`suites`)."""
+    suites = {suite: _summary_json(s) for suite, s in run.summaries() if suite != ALL_SUITES}
+    payload = {**dataclasses.asdict(run), "summary": _summary_json(run.summary), "suites": suites}
     return json.dumps(payload, indent=2, sort_keys=False) + "\n"
 
 
 def from_json(text: str) -> BenchRun:
-    """A run written by `to_json`, for comparing versions."""
+    """A run written by `to_json`, for comparing versions. Results without a suite (runs written before
+    the outside suite) are classic."""
     data = json.loads(text)
     data.pop("summary", None)
+    data.pop("suites", None)
     results = tuple(KernelResult(**r) for r in data.pop("results"))
     return BenchRun(**{**data, "proposers": tuple(data["proposers"]), "notes": tuple(data["notes"])},
                     results=results)  # fmt: skip
@@ -236,11 +277,11 @@ def merge(runs: Sequence[BenchRun]) -> BenchRun:
         values = {getattr(r, field_name) for r in runs}
         if len(values) > 1:
             raise ValueError(f"runs differ in {field_name}: {', '.join(map(str, sorted(values, key=str)))}")
-    by_kernel = {(r.file, r.kernel): r for run in runs for r in run.results}
+    by_kernel = {(r.suite, r.file, r.kernel): r for run in runs for r in run.results}
     first = min(runs, key=lambda r: r.started)
     notes = tuple(sorted({n for run in runs for n in run.notes}))
-    return dataclasses.replace(first, results=tuple(sorted(by_kernel.values(), key=lambda r: r.file)),
-                               notes=notes)  # fmt: skip
+    results = tuple(sorted(by_kernel.values(), key=lambda r: (r.suite, r.file)))
+    return dataclasses.replace(first, results=results, notes=notes)
 
 
 def result_stem(run: BenchRun) -> str:

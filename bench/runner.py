@@ -19,8 +19,8 @@ from cuda_agent.sandbox.reports import WorkerError
 from rich.console import Console
 from rich.markup import escape
 
-from bench.report import COLUMNS, BenchRun, KernelResult, rich_table, row, summary_lines, write
-from bench.suite import UnknownKernel, load_suite
+from bench.report import COLUMNS, BenchRun, KernelResult, rich_table, row, run_summary_lines, write
+from bench.suite import ALL, UnknownKernel, load_suite, suite_of
 from cuda_agent import __version__
 
 DEFAULT_BUDGET_S = 180.0
@@ -55,6 +55,7 @@ def kernel_result(
     common = {
         "kernel": target.kernel.name,
         "file": target.path.name,
+        "suite": suite_of(target.path),
         "problem": problem,
         "search_s": search_s,
         "candidates": len(outcome.results),
@@ -99,11 +100,13 @@ def run_bench(
     out: Path | None = DEFAULT_OUT,
     proposers: Sequence[str] | None = None,
     console: Console | None = None,
+    suite: str = ALL,
 ) -> int:
-    """The whole bench: 0 when it ran, 1 without a GPU, 2 for an unknown kernel name."""
+    """The bench over a suite ("classic", "outside" or "all"): 0 when it ran, 1 without a GPU, 2 for an
+    unknown kernel name."""
     console = console or Console(highlight=False)
     try:
-        targets = load_suite(names)
+        targets = load_suite(names, suite)
     except UnknownKernel as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         return 2
@@ -127,7 +130,8 @@ def run_bench(
 
     for number, target in enumerate(targets, 1):
         if target.spec is None:
-            results.append(KernelResult(target.kernel.name, target.path.name, "", None, error=target.note))
+            name, file = target.kernel.name, target.path.name
+            results.append(KernelResult(name, file, "", None, error=target.note, suite=suite_of(target.path)))
             continue
         with console.status(f"[{number}/{len(targets)}] {target.kernel.name}: searching…"):
             outcome, first, search_s = _optimize_within(engine, target, chosen, budget_s)
@@ -147,7 +151,7 @@ def run_bench(
             write(run_so_far(), out)
     run = run_so_far()
     console.print(rich_table(run))
-    for line in summary_lines(run.summary, budget_s):
+    for line in run_summary_lines(run):
         console.print(line)
     if out is not None:
         json_path, markdown_path = write(run, out)

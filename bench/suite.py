@@ -1,4 +1,6 @@
-"""The bench suite: every kernel with a spec in bench/kernels/*.cu, in file order."""
+"""The bench suites, every kernel with a spec in file order: "classic", the first drafts written for the bench
+(bench/kernels/*.cu), and "outside", first drafts in the styles of public code: llm.c-style training
+kernels, PolyBench, course exercises, PyTorch extensions (bench/kernels/outside/*.cu)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,42 @@ from pathlib import Path
 from cuda_agent.agent.targets import KernelTarget, load_targets
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+SUITES: dict[str, Path] = {"classic": KERNELS_DIR, "outside": KERNELS_DIR / "outside"}
+ALL = "all"
+SUITE_CHOICES = (*SUITES, ALL)
 
 
 class UnknownKernel(Exception):
     """A name given on the command line matches no bench kernel."""
 
 
-def load_suite(names: Sequence[str] | None = None, folder: Path = KERNELS_DIR) -> list[KernelTarget]:
-    """The targets of the suite, or only those whose kernel name or file stem is in `names`."""
-    targets = [t for path in sorted(folder.glob("*.cu")) for t in load_targets(path).targets]
+def suite_names(suite: str) -> tuple[str, ...]:
+    """The suites a `--suite` choice stands for, in their order."""
+    if suite == ALL:
+        return tuple(SUITES)
+    if suite not in SUITES:
+        raise ValueError(f"no bench suite named {suite} (suites: {', '.join(SUITE_CHOICES)})")
+    return (suite,)
+
+
+def suite_of(path: Path) -> str:
+    """The suite a bench kernel's file belongs to: the one whose folder holds it."""
+    folder = path.resolve().parent
+    for name, suite_folder in SUITES.items():
+        if folder == suite_folder:
+            return name
+    raise ValueError(f"{path} is in no bench suite's folder")
+
+
+def load_suite(names: Sequence[str] | None = None, suite: str = "classic") -> list[KernelTarget]:
+    """The targets of a suite (or of all of them, suite by suite), or only those whose kernel name or file
+    stem is in `names`. Names are unique across the suites, so a name picks one kernel wherever it is."""
+    targets = [
+        t
+        for name in suite_names(suite)
+        for path in sorted(SUITES[name].glob("*.cu"))
+        for t in load_targets(path).targets
+    ]
     if not names:
         return targets
     wanted = set(names)
@@ -24,5 +53,6 @@ def load_suite(names: Sequence[str] | None = None, folder: Path = KERNELS_DIR) -
     unknown = wanted - {t.kernel.name for t in chosen} - {t.path.stem for t in chosen}
     if unknown:
         known = ", ".join(t.kernel.name for t in targets)
-        raise UnknownKernel(f"no bench kernel named {', '.join(sorted(unknown))} (kernels: {known})")
+        where = "" if suite == ALL else f" in the {suite} suite"
+        raise UnknownKernel(f"no bench kernel named {', '.join(sorted(unknown))}{where} (kernels: {known})")
     return chosen

@@ -589,7 +589,9 @@ def cmd_bench(engine: Engine, args: argparse.Namespace) -> int:
     # The bench measures search times: unless asked, cached results would make every search look instant.
     settings = replace(engine.settings, use_cache=args.cache and not args.no_cache)
     with Engine(settings) as bench_engine:
-        return run_bench(bench_engine, args.kernels, args.budget_s, args.out, args.proposer, console)
+        return run_bench(
+            bench_engine, args.kernels, args.budget_s, args.out, args.proposer, console, suite=args.suite
+        )
 
 
 def _nvrtc_version() -> str:

@@ -43,7 +43,7 @@ def launches(text: str) -> list[str]:
 @needs_nvcc
 def test_an_idiom_rewrite_rewrites_every_launch_of_the_kernel_in_its_terms(tmp_path: Path) -> None:
     original = target(tmp_path, ROW_SUM + LAUNCHER)
-    (candidate,) = PROPOSERS["idiom:row-wise"](original)  # one warp per row: 8 rows a 256-thread block
+    candidate = PROPOSERS["rewrite:warp-per-output"](original)[0]  # a warp a row: 8 rows a 256-thread block
     assert launches(candidate.source) == [
         "row_sum<<<(rows + 8 - 1) / 8, 256, 0, stream>>>(x, out, rows, cols);",
         "row_sum<<<((n_rows / 2) + 8 - 1) / 8, 256>>>(x, out, n_rows / 2, width);",

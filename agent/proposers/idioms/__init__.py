@@ -15,8 +15,6 @@ from cuda_agent.agent.proposers.idioms import (
     block_reduction,
     block_scan,
     histogram,
-    matmul,
-    row_wise,
     stencil,
     transpose,
 )
@@ -27,9 +25,7 @@ IDIOM_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     block_reduction.PROPOSER: block_reduction.propose,
     block_scan.PROPOSER: block_scan.propose,
     histogram.PROPOSER: histogram.propose,
-    row_wise.PROPOSER: row_wise.propose,
     transpose.PROPOSER: transpose.propose,
-    matmul.PROPOSER: matmul.propose,
     stencil.PROPOSER: stencil.propose,
 }
 

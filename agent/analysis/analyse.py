@@ -1,0 +1,545 @@
+"""The analysis of one kernel: thread indices, the bounds check, loops, reductions and memory accesses.
+
+One pass over the body in source order, propagating the values of locals assigned once, so every access
+is an offset from a parameter in terms of the builtins, the parameters and the loop variables however
+the index was spelled (in two steps, through a pointer local, a macro or a helper). Loops get their
+normalised bounds, their reductions and whether their iterations are independent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from cuda_agent.agent.analysis.facts import (
+    Access,
+    Guard,
+    GuardBound,
+    KernelFacts,
+    Loop,
+    ThreadIndex,
+)
+from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form
+from cuda_agent.agent.analysis.reductions import classify
+from cuda_agent.agent.analysis.values import Pointer, Values, file_definitions, text, unwrap
+from cuda_agent.agent.proposers.tree import KernelTree, untemplated_kernel_tree
+from cuda_agent.agent.proposers.tree import walk_with_comments as _nodes
+from cuda_agent.agent.targets import KernelTarget
+from tree_sitter import Node
+
+_ELEMENT_BYTES = {
+    "float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "uint32_t": 4, "int32_t": 4,
+    "double": 8, "long": 8, "long long": 8, "int64_t": 8, "size_t": 8, "uint64_t": 8,
+    "half": 2, "__half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2, "short": 2, "int16_t": 2,
+    "char": 1, "unsigned char": 1, "uint8_t": 1, "int8_t": 1, "bool": 1,
+    "float2": 8, "float4": 16, "int4": 16, "half2": 4, "__half2": 4,
+}  # fmt: skip
+_ATOMICS = frozenset({"atomicAdd", "atomicSub", "atomicMax", "atomicMin", "atomicExch", "atomicCAS"})
+_ATOMICS |= {"atomicAnd", "atomicOr", "atomicXor", "atomicInc", "atomicDec"}
+_LOOPS = frozenset({"for_statement", "while_statement", "do_statement", "for_range_loop"})
+
+
+def analysed(target: KernelTarget) -> tuple[KernelTree, KernelFacts] | None:
+    """The tree and the facts of a kernel a rewrite may edit (parsed cleanly, not a template, with a
+    spec), or None."""
+    tree = untemplated_kernel_tree(target)
+    facts = analyse(tree) if tree is not None and target.spec is not None else None
+    return (tree, facts) if tree is not None and facts is not None else None
+
+
+def analyse(tree: KernelTree) -> KernelFacts | None:
+    """The facts of the kernel, or None when its body is beyond the analysis (too deep to walk)."""
+    try:
+        return _Walker(tree).run()
+    except RecursionError:
+        return None
+
+
+@dataclass
+class _Walker:
+    tree: KernelTree
+    atoms: Atoms = field(default_factory=Atoms)
+    accesses: dict[tuple[int, int, bool], Access] = field(default_factory=dict)
+    loops: list[Loop] = field(default_factory=list)
+    stack: list[str] = field(default_factory=list)  # enclosing loop variables
+    indices: list[ThreadIndex] = field(default_factory=list)
+    uses_shared: bool = False
+    barriers: bool = False
+    atomics: bool = False
+
+    def __post_init__(self) -> None:
+        root = self.tree.definition
+        while root.parent is not None:
+            root = root.parent
+        parameters = self.tree.target.kernel.parameters
+        self.bytes = {p.name: _ELEMENT_BYTES.get(p.type) for p in parameters if p.is_pointer}
+        self.values = Values(self.atoms, file_definitions(root), frozenset(self.bytes), on_load=self._loaded)
+        self.mutable = assigned_names(self.tree.body)
+
+    def run(self) -> KernelFacts:
+        guard = self._guard()
+        self._block(self.tree.body)
+        index_bytes = {(i.declaration.start_byte, i.declaration.end_byte) for i in self.indices}
+        thread_uses = tuple(
+            n
+            for n in _nodes(self.tree.body)
+            if n.type == "field_expression"
+            and text(n).replace(" ", "") in THREAD_ATOMS
+            and not any(a <= n.start_byte and n.end_byte <= b for a, b in index_bytes)
+        )
+        dependent = frozenset(
+            name
+            for name, bound in self.values.bindings.items()
+            if isinstance(bound, Form) and self.atoms.roots(bound) & THREAD_ATOMS
+        )
+        return KernelFacts(
+            indices=tuple(self.indices),
+            guard=guard,
+            loops=tuple(self.loops),
+            accesses=tuple(self.accesses.values()),
+            uses_shared=self.uses_shared,
+            barriers=self.barriers,
+            atomics=self.atomics,
+            thread_uses=thread_uses,
+            lane_dependent=dependent,
+        )
+
+    # -- statements ------------------------------------------------------------------------------------
+
+    def _block(self, node: Node) -> None:
+        if node.type == "compound_statement":
+            for child in node.named_children:
+                self._statement(child)
+        else:
+            self._statement(node)
+
+    def _statement(self, node: Node) -> None:
+        kind = node.type
+        if kind == "compound_statement":
+            self._block(node)
+        elif kind == "declaration":
+            self._declaration(node)
+        elif kind == "expression_statement":
+            for child in node.named_children:
+                self._effects(child)
+        elif kind == "if_statement":
+            condition = node.child_by_field_name("condition")
+            if condition is not None:
+                for child in condition.named_children:
+                    self._effects(child)
+            for field_name in ("consequence", "alternative"):
+                branch = node.child_by_field_name(field_name)
+                if branch is not None:
+                    self._statement(branch)
+        elif kind == "else_clause":
+            for child in node.named_children:
+                self._statement(child)
+        elif kind == "for_statement":
+            self._for(node)
+        elif kind in _LOOPS:
+            self.stack.append("?")
+            for child in node.named_children:
+                if child.type in ("compound_statement", "expression_statement", "declaration"):
+                    self._statement(child)
+                elif child.type == "condition_clause" or child.type == "parenthesized_expression":
+                    for inner in child.named_children:
+                        self._effects(inner)
+            self.stack.pop()
+        elif kind == "return_statement":
+            for child in node.named_children:
+                self._effects(child)
+        elif kind in ("labeled_statement", "attributed_statement"):
+            for child in node.named_children:
+                if child.type not in ("statement_identifier", "attribute_declaration"):
+                    self._statement(child)
+
+    def _declaration(self, node: Node) -> None:
+        if any(text(c) == "__shared__" for c in node.children):
+            self.uses_shared = True
+            return
+        for declarator in node.children_by_field_name("declarator"):
+            if declarator.type != "init_declarator":
+                continue
+            target, value = (
+                declarator.child_by_field_name("declarator"),
+                declarator.child_by_field_name("value"),
+            )
+            if target is None or value is None:
+                continue
+            is_pointer = target.type == "pointer_declarator"
+            name_node = target
+            while name_node is not None and name_node.type != "identifier":
+                name_node = name_node.child_by_field_name("declarator")
+            if name_node is None or value.type == "initializer_list":
+                continue
+            name = text(name_node)
+            if is_pointer:
+                place = self.values.place(value)
+                self._effects(value)
+                if place is not None and name not in self.mutable:
+                    self.values.bindings[name] = place
+                continue
+            form = self._effects(value)
+            if name not in self.mutable and not self.stack:
+                self.values.bindings[name] = form
+                if self.atoms.roots(form) & THREAD_ATOMS and _is_index_type(node):
+                    self.indices.append(ThreadIndex(name, form, _axis(form), node))
+            elif name not in self.mutable:
+                self.values.bindings[name] = form  # a loop-local value: its own iteration's
+
+    def _for(self, node: Node) -> None:
+        header = _counted(node, self.values)
+        body = node.child_by_field_name("body")
+        if body is None:
+            return
+        if header is None:
+            self.stack.append("?")
+            for field_name in ("initializer", "condition", "update"):
+                part = node.child_by_field_name(field_name)
+                if part is not None:
+                    self._effects(part)
+            self._statement(body)
+            self.stack.pop()
+            return
+        variable, start, bound, step = header
+        self.values.bindings.pop(variable, None)
+        parent = next((v for v in reversed(self.stack) if v != "?"), None)
+        depth = len(self.stack)
+        position = len(self.loops)
+        self.stack.append(variable)
+        self._statement(body)
+        self.stack.pop()
+        inside = _declared_in(body) | {variable}
+        outer = (self.mutable | set(self.values.bindings)) - inside
+        found = classify(body, outer, variable)
+        loop = Loop(variable, start, bound, step, node, body, depth, parent, found.reductions, found.carried)
+        self.loops.insert(position, _with_independence(loop, self._writes_in(variable), self._breaks(body)))
+
+    def _writes_in(self, variable: str) -> list[Access]:
+        return [a for a in self.accesses.values() if variable in a.loops and a.write]
+
+    @staticmethod
+    def _breaks(body: Node) -> bool:
+        for node in _nodes(body):
+            if node.type in ("break_statement", "return_statement", "goto_statement"):
+                # a break inside an inner loop or switch belongs to it
+                owner = node.parent
+                while owner is not None and owner != body and owner.type not in (*_LOOPS, "switch_statement"):
+                    owner = owner.parent
+                if owner is None or owner == body or node.type != "break_statement":
+                    return True
+        return False
+
+    # -- expressions -----------------------------------------------------------------------------------
+
+    def _effects(self, node: Node) -> Form:
+        """Evaluate an expression, recording its loads and stores; its value as a form."""
+        node = unwrap(node)
+        if node.type == "assignment_expression":
+            left, operator, right = (node.child_by_field_name(f) for f in ("left", "operator", "right"))
+            value = self._effects(right) if right is not None else Form()
+            if left is not None:
+                self._store(unwrap(left), compound=operator is not None and operator.type != "=")
+            return value
+        if node.type == "update_expression":
+            argument = node.child_by_field_name("argument")
+            if argument is not None:
+                self._store(unwrap(argument), compound=True)
+            return self.atoms.opaque(text(node), ())
+        if node.type == "comma_expression":
+            value = Form()
+            for child in node.named_children:
+                value = self._effects(child)
+            return value
+        if node.type == "call_expression":
+            function = node.child_by_field_name("function")
+            name = text(function) if function is not None else ""
+            arguments = node.child_by_field_name("arguments")
+            args = [c for c in arguments.named_children if c.type != "comment"] if arguments else []
+            if name in ("__syncthreads", "__syncwarp", "__threadfence") or name.startswith("__syncthreads"):
+                self.barriers = self.barriers or name.startswith("__syncthreads")
+            if name in _ATOMICS and args:
+                self.atomics = True
+                place = self.values.place(args[0])
+                if place is not None:
+                    self._record(node, place, write=True, read=True)
+                for arg in args[1:]:
+                    self._effects(arg)
+                return self.atoms.opaque(text(node), (), memory=True)
+        return self.values.form(node)
+
+    def _store(self, target: Node, compound: bool) -> None:
+        if target.type == "subscript_expression":
+            place = self.values.subscript_place(target)
+            index = target.child_by_field_name("indices")
+            if index is not None:
+                for child in index.named_children:
+                    self._effects(child)
+            if place is not None:
+                self._record(target, place, write=True, read=compound)
+        elif target.type == "pointer_expression":
+            argument = target.child_by_field_name("argument")
+            place = self.values.place(argument) if argument is not None else None
+            if place is not None:
+                self._record(target, place, write=True, read=compound)
+
+    def _loaded(self, node: Node, base: str, offset: Form) -> None:
+        self._record(node, Pointer(base, offset), write=False, read=True)
+
+    def _record(self, node: Node, place: Pointer, *, write: bool, read: bool) -> None:
+        key = (node.start_byte, node.end_byte, write)
+        hidden: set[str] = set()
+        for atom in place.offset.atoms():
+            if atom.startswith("⟨"):
+                hidden |= self.atoms.depends.get(atom, frozenset())
+        self.accesses[key] = Access(
+            place.base,
+            place.offset,
+            write,
+            read,
+            node,
+            tuple(self.stack),
+            self.bytes.get(place.base),
+            frozenset(hidden),
+        )
+
+    # -- the bounds check ------------------------------------------------------------------------------
+
+    def _guard(self) -> Guard | None:
+        """The first top-level if that bounds the thread indices; evaluated after the declarations above
+        it (a pre-pass over them, so the bound forms use their values)."""
+        statements = [s for s in self.tree.body.named_children if s.type != "comment"]
+        probe = Values(self.atoms, self.values.definitions, self.values.pointers)
+        for position, statement in enumerate(statements):
+            if statement.type == "declaration":
+                for declarator in statement.children_by_field_name("declarator"):
+                    target = declarator.child_by_field_name("declarator")
+                    value = declarator.child_by_field_name("value")
+                    plain = declarator.type == "init_declarator" and target is not None and value is not None
+                    if plain and target.type == "identifier" and text(target) not in self.mutable:
+                        probe.bindings[text(target)] = probe.form(value)
+                continue
+            if statement.type != "if_statement" or statement.child_by_field_name("alternative") is not None:
+                continue
+            condition = statement.child_by_field_name("condition")
+            consequence = statement.child_by_field_name("consequence")
+            if condition is None or consequence is None or not condition.named_children:
+                return None
+            inner = [s for s in consequence.named_children if s.type != "comment"]
+            if consequence.type != "compound_statement":
+                inner = [consequence]
+            early = len(inner) == 1 and inner[0].type == "return_statement" and not inner[0].named_children
+            if not early and position != len(statements) - 1:
+                return None
+            found = _bounds(condition.named_children[0], negated=early, values=probe)
+            if found is None:
+                return None
+            bounds, others = found
+            return Guard(tuple(bounds), statement, early, tuple(others)) if bounds else None
+        return None
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def assigned_names(body: Node) -> set[str]:
+    """Locals assigned after their declaration (or incremented): their value is not propagated."""
+    names: set[str] = set()
+    for node in _nodes(body):
+        target = None
+        if node.type == "assignment_expression":
+            target = node.child_by_field_name("left")
+        elif node.type == "update_expression":
+            target = node.child_by_field_name("argument")
+        if target is not None:
+            target = unwrap(target)
+            if target.type == "identifier":
+                names.add(text(target))
+    return names
+
+
+def _declared_in(node: Node) -> set[str]:
+    return {
+        name for child in _nodes(node) if child.type == "declaration" for name in _declarator_names(child)
+    }
+
+
+def declared_values(node: Node) -> dict[str, Node]:
+    """Locals declared with a value inside the node: name -> the value's node (the first, if several)."""
+    found: dict[str, Node] = {}
+    for child in _nodes(node):
+        if child.type != "declaration":
+            continue
+        for declarator in child.children_by_field_name("declarator"):
+            value = declarator.child_by_field_name("value") if declarator.type == "init_declarator" else None
+            name = _declarator_name(declarator)
+            if name is not None and value is not None:
+                found.setdefault(name, value)
+    return found
+
+
+def _declarator_names(declaration: Node) -> list[str]:
+    names = (_declarator_name(d) for d in declaration.children_by_field_name("declarator"))
+    return [n for n in names if n is not None]
+
+
+def _declarator_name(declarator: Node) -> str | None:
+    inner: Node | None = declarator
+    while inner is not None and inner.type != "identifier":
+        inner = inner.child_by_field_name("declarator")
+    return text(inner) if inner is not None else None
+
+
+def _is_index_type(declaration: Node) -> bool:
+    type_node = declaration.child_by_field_name("type")
+    written = text(type_node) if type_node is not None else ""
+    return written in ("int", "unsigned", "unsigned int", "size_t", "long", "long long", "int64_t", "auto")
+
+
+def _axis(form: Form) -> str | None:
+    """'x' when the form is `blockIdx.x * blockDim.x + threadIdx.x`."""
+    for axis in "xyz":
+        expected = Form.atom(f"blockIdx.{axis}") * Form.atom(f"blockDim.{axis}") + Form.atom(
+            f"threadIdx.{axis}"
+        )
+        if form == expected:
+            return axis
+    return None
+
+
+def _counted(node: Node, values: Values) -> tuple[str, Form, Form, Form] | None:
+    """`for (int k = a; k < b; k += s)` in its spellings -> (k, a, b exclusive, s)."""
+    init, condition, update = (node.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    if init is None or condition is None or update is None:
+        return None
+    if init.type == "declaration":
+        declarators = init.children_by_field_name("declarator")
+        if len(declarators) != 1 or declarators[0].type != "init_declarator":
+            return None
+        name_node, start = (
+            declarators[0].child_by_field_name("declarator"),
+            declarators[0].child_by_field_name("value"),
+        )
+    elif init.type == "assignment_expression":
+        name_node, start = init.child_by_field_name("left"), init.child_by_field_name("right")
+    else:
+        return None
+    if name_node is None or start is None or name_node.type != "identifier":
+        return None
+    variable = text(name_node)
+    bound = _upper(unwrap(condition), variable, values)
+    step = _step(update, variable, values)
+    if bound is None or step is None:
+        return None
+    return variable, values.form(start), bound, step
+
+
+def _upper(condition: Node, variable: str, values: Values) -> Form | None:
+    """The exclusive upper bound of `k < b`, `k <= b`, `b > k`, `b >= k`, `k != b`."""
+    op, left, right = (condition.child_by_field_name(f) for f in ("operator", "left", "right"))
+    if condition.type != "binary_expression" or op is None or left is None or right is None:
+        return None
+    left, right = unwrap(left), unwrap(right)
+    forms = {"<": (True, 0), "<=": (True, 1), ">": (False, 0), ">=": (False, 1), "!=": (True, 0)}
+    if op.type not in forms:
+        return None
+    on_left, inclusive = forms[op.type]
+    index, limit = (left, right) if on_left else (right, left)
+    if index.type != "identifier" or text(index) != variable:
+        return None
+    if variable in {text(n) for n in _nodes(limit) if n.type == "identifier"}:
+        return None
+    return values.form(limit) + Form.constant(inclusive)
+
+
+def _step(update: Node, variable: str, values: Values) -> Form | None:
+    update = unwrap(update)
+    if update.type == "update_expression":
+        op, argument = update.child_by_field_name("operator"), update.child_by_field_name("argument")
+        if op is not None and op.type == "++" and argument is not None and text(unwrap(argument)) == variable:
+            return Form.constant(1)
+        return None
+    if update.type != "assignment_expression":
+        return None
+    op, left, right = (update.child_by_field_name(f) for f in ("operator", "left", "right"))
+    if op is None or left is None or right is None or text(unwrap(left)) != variable:
+        return None
+    if op.type == "+=":
+        return values.form(right)
+    right = unwrap(right)
+    if op.type == "=" and right.type == "binary_expression":
+        plus, a, b = (right.child_by_field_name(f) for f in ("operator", "left", "right"))
+        if plus is not None and plus.type == "+" and a is not None and b is not None:
+            if text(unwrap(a)) == variable:
+                return values.form(b)
+            if text(unwrap(b)) == variable:
+                return values.form(a)
+    return None
+
+
+def _bounds(condition: Node, negated: bool, values: Values) -> tuple[list[GuardBound], list[Node]] | None:
+    """`i < n && j < m` (negated: `i >= n || j >= m`) -> the index bounds, exclusive, and the conjuncts
+    that bound something else; `i <= n - k` and `n - k >= i` are `i < n - k + 1`."""
+    joiner = "||" if negated else "&&"
+    forms = (
+        {">=": (True, False), "<=": (False, False), ">": (True, True), "<": (False, True)}
+        if negated
+        else {"<": (True, False), ">": (False, False), "<=": (True, True), ">=": (False, True)}
+    )
+    found: list[GuardBound] = []
+    others: list[Node] = []
+    for part in _operands(unwrap(condition), joiner):
+        part = unwrap(part)
+        op, left, right = (part.child_by_field_name(f) for f in ("operator", "left", "right"))
+        if part.type != "binary_expression" or op is None or left is None or right is None:
+            others.append(part)
+            continue
+        form = forms.get(op.type)
+        left, right = unwrap(left), unwrap(right)
+        if form is None:
+            others.append(part)
+            continue
+        index, limit = (left, right) if form[0] else (right, left)
+        limit_form = values.form(limit)
+        if index.type != "identifier" or values.atoms.roots(limit_form) & THREAD_ATOMS:
+            others.append(part)
+            continue
+        bound = limit_form + Form.constant(1 if form[1] else 0)
+        written = text(limit)
+        if form[1]:
+            simple = limit.type in ("identifier", "number_literal") or (
+                limit.type == "binary_expression"
+                and (o := limit.child_by_field_name("operator")) is not None
+                and o.type in ("+", "-", "*", "/", "%")
+            )
+            written = f"{written} + 1" if simple else f"({written}) + 1"
+        found.append(GuardBound(text(index), bound, written))
+    return found, others
+
+
+def _operands(node: Node, operator: str) -> list[Node]:
+    op = node.child_by_field_name("operator")
+    if node.type == "binary_expression" and op is not None and op.type == operator:
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        assert left is not None and right is not None
+        return _operands(unwrap(left), operator) + _operands(unwrap(right), operator)
+    return [node]
+
+
+def _with_independence(loop: Loop, writes: list[Access], exits: bool) -> Loop:
+    """The loop with `independent` set: no carried locals, no early exit, and each iteration writes its
+    own elements (every write's offset moves with the loop variable; in a nested loop, by the inner
+    loop's whole extent, as `out[k * n + j]` does)."""
+    if loop.carried or exits:
+        return loop
+    for access in writes:
+        stride = access.stride(loop.variable)
+        if stride is None or not stride.terms:
+            return loop
+        inner = [
+            v
+            for v in access.loops
+            if v != loop.variable and access.loops.index(v) > access.loops.index(loop.variable)
+        ]
+        if inner and not all(access.stride(v) is not None for v in inner):
+            return loop
+    return replace(loop, independent=True)

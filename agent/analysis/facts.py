@@ -1,0 +1,147 @@
+"""What the analysis knows about one kernel, as plain data the rewrites read (see `analyse.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cuda_agent.agent.analysis.forms import LANE, Form
+from tree_sitter import Node
+
+# The combines a reduction can have; the first six are what the warp rewrites know how to finish.
+SUM, PRODUCT, MAX, MIN, ARGMAX, ARGMIN = "sum", "product", "max", "min", "argmax", "argmin"
+OR, AND, XOR = "or", "and", "xor"
+# The online softmax normaliser: a running maximum m and a sum s of exp(v - m), rescaled as m grows.
+LOGSUMEXP = "logsumexp"
+IDEMPOTENT = frozenset({MAX, MIN, ARGMAX, ARGMIN, OR, AND})  # repeating an element changes nothing
+REASSOCIATED = frozenset({SUM, PRODUCT})  # in floating point, splitting changes the rounding
+
+
+@dataclass(frozen=True)
+class ThreadIndex:
+    """A local holding a thread's position: `int col = blockIdx.x * blockDim.x + threadIdx.x;`."""
+
+    name: str
+    form: Form
+    axis: str | None  # "x" when the form is exactly the global index along x, else None
+    declaration: Node
+
+
+@dataclass(frozen=True)
+class GuardBound:
+    """One conjunct of a bounds check, normalised to `index < bound` (`i <= n - k` is `i < n - k + 1`)."""
+
+    index: str
+    bound: Form
+    bound_text: str  # in the user's spelling, exclusive
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The kernel's bounds check: `if (i >= n) return;` or `if (i < n) { ... }` (the if last)."""
+
+    bounds: tuple[GuardBound, ...]
+    statement: Node
+    early_return: bool
+    others: tuple[Node, ...] = ()  # conjuncts that are not an index bound (`col <= row`)
+
+    def bound_of(self, index: str) -> GuardBound | None:
+        return next((b for b in self.bounds if b.index == index), None)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """Accumulators folded over a loop by one combine (`acc += x[i]`; `if (v > best) {best = v; at = i;}`)."""
+
+    combine: str
+    accumulators: tuple[str, ...]  # the value first; argmax/argmin add the index, logsumexp the sum
+    loop: str  # the loop variable
+    statements: tuple[Node, ...]
+    combiner: str = "+"  # how the user spelled it: "+", "*", "fmaxf", ">", ... (for the partials)
+    first: bool = True  # argmax/argmin keep the first (strict comparison) or the last position
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A counted loop: `for (int k = start; k < bound; k += step)`, normalised."""
+
+    variable: str
+    start: Form
+    bound: Form  # exclusive
+    step: Form
+    node: Node
+    body: Node
+    depth: int  # 0 for a loop directly in the kernel's (guarded) body
+    parent: str | None  # the enclosing loop's variable
+    reductions: tuple[Reduction, ...] = ()
+    carried: frozenset[str] = frozenset()  # outer locals updated otherwise than by a reduction
+    independent: bool = False  # iterations may run in any order, on any thread (reductions aside)
+
+    @property
+    def trip(self) -> Form | None:
+        """The trip count for a unit step (`bound - start`), else None."""
+        return self.bound - self.start if self.step.value() == 1 else None
+
+
+@dataclass(frozen=True)
+class Access:
+    """One load or store of a parameter's elements: `x_row[c]` is x at `C*row + c`."""
+
+    array: str
+    offset: Form  # in elements from the parameter's start
+    write: bool
+    read: bool
+    node: Node
+    loops: tuple[str, ...]  # enclosing loop variables, outermost first ("?" for a loop not counted)
+    element_bytes: int | None
+    hidden: frozenset[str] = frozenset()  # what the offset's opaque parts (loads, divisions) depend on
+
+    def stride(self, atom: str) -> Form | None:
+        """Elements between the addresses of neighbouring values of the atom; None where the offset is
+        not affine in it (`x[idx[k]]`, `x[k * k]`)."""
+        return None if atom in self.hidden else self.offset.coefficient(atom)
+
+    @property
+    def lane_stride(self) -> int | None:
+        """Elements between neighbouring threads of a warp, when it is a number (the coalescing model)."""
+        coefficient = self.stride(LANE)
+        return coefficient.value() if coefficient is not None else None
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """Everything `analyse` found, for rewrites to build on and for people to read (`describe`)."""
+
+    indices: tuple[ThreadIndex, ...]
+    guard: Guard | None
+    loops: tuple[Loop, ...]  # in source order, nested ones included
+    accesses: tuple[Access, ...]
+    uses_shared: bool
+    barriers: bool
+    atomics: bool
+    thread_uses: tuple[Node, ...]  # every builtin read outside the index declarations
+    lane_dependent: frozenset[str] = field(default_factory=frozenset)  # locals that differ per thread
+
+    def loop(self, variable: str) -> Loop | None:
+        return next((loop for loop in self.loops if loop.variable == variable), None)
+
+    def accesses_in(self, loop: Loop) -> list[Access]:
+        return [a for a in self.accesses if loop.variable in a.loops]
+
+    def describe(self) -> str:
+        """One line a person can check: the thread mapping, the loops and reductions, the coalescing."""
+        parts = []
+        if self.indices:
+            parts.append("thread per " + ", ".join(i.name for i in self.indices))
+        for loop in self.loops:
+            trip = loop.trip
+            kind = ", ".join(f"{r.combine} of {'/'.join(r.accumulators)}" for r in loop.reductions)
+            if not kind:
+                kind = "independent" if loop.independent else "dependent"
+            parts.append(f"loop {loop.variable} ({trip.text() if trip else '?'} trips, {kind})")
+        for access in self.accesses:
+            stride = access.stride(LANE)
+            if stride is None or stride.value() not in (0, 1):
+                spelled = stride.text() if stride is not None else "not affine"
+                parts.append(f"{access.array}[{access.offset.text()}] lane stride {spelled} (uncoalesced)")
+                break
+        return "; ".join(parts)

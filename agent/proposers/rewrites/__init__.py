@@ -1,0 +1,18 @@
+"""Rewrites driven by the kernel analysis (agent/analysis/): each applies wherever the facts it needs
+hold, whatever the spelling, and brings its own launch (`Candidate.launch`). Like the idioms, each
+module's `propose(target)` returns candidates, empty where it does not apply."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites import contraction, warp_per_output
+from cuda_agent.agent.targets import KernelTarget
+
+REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
+    contraction.PROPOSER: contraction.propose,
+    warp_per_output.PROPOSER: warp_per_output.propose,
+}
+
+__all__ = ["REWRITE_PROPOSERS"]

@@ -1,0 +1,42 @@
+"""A bound the analysis found (a `Form` over the kernel's scalar parameters), written back out: in the
+kernel's terms for the rewritten body, and in the spec's terms for the rewrite's launch grid."""
+
+from __future__ import annotations
+
+from cuda_agent.agent.analysis.forms import Form
+from cuda_agent.agent.proposers.tree import KernelTree, size_expression
+
+
+class NotInSizes(Exception):
+    """The bound uses something other than scalar parameters with spec values and numbers."""
+
+
+def spelled(form: Form, names: dict[str, str]) -> str:
+    """The form as an expression that C and the spec both read (`B * T`, `n - 2`), atoms renamed."""
+    parts = []
+    for monomial, coefficient in sorted(form.terms.items(), key=lambda item: (-len(item[0]), item[0])):
+        factors = [names.get(a, a) for a in monomial]
+        if abs(coefficient) != 1 or not factors:
+            factors.insert(0, str(abs(coefficient)))
+        parts.append(("- " if coefficient < 0 else "+ ") + " * ".join(factors))
+    joined = " ".join(parts) or "0"
+    return joined[2:] if joined.startswith("+ ") else "-" + joined[2:]
+
+
+def bound_terms(tree: KernelTree, bound: Form) -> tuple[str, str]:
+    """(the bound in the kernel's parameters, the same in the spec's sizes); compound ones parenthesised
+    where they would be a factor (`(n - 2)`), plain ones bare (`rows`)."""
+    parameters = {p.name for p in tree.target.kernel.parameters if not p.is_pointer}
+    spec_names: dict[str, str] = {}
+    for atom in bound.atoms():
+        value = size_expression(tree, atom) if atom in parameters else None
+        if value is None:
+            raise NotInSizes(f"the bound {bound.text()} is not in the spec's sizes")
+        inner = value[1:-1] if value.startswith("(") and value.endswith(")") else value
+        spec_names[atom] = inner if inner.replace("_", "").isalnum() else value
+    return spelled(bound, {}), spelled(bound, spec_names)
+
+
+def as_factor(expression: str) -> str:
+    """`(n - 2)` for a sum, `n * 2` or `rows` as they are: ready to be multiplied or divided."""
+    return f"({expression})" if any(op in expression for op in "+-/%") else expression

@@ -1,0 +1,532 @@
+"""A thread per output looping over its inputs -> a warp per output, the loop split across its 32 lanes.
+
+Driven by the analysis (agent/analysis/): it applies wherever a thread owns an output (one or two global
+thread indices, each bounded by the bounds check) and loops over independent iterations (a row, a head
+dimension, a channel list, a dot product) whose reductions have a known combine: sums, products, max and
+min, argmax and argmin with their index, bitwise folds. Whatever the spelling of the indices, the
+bounds, the pointer offsets or the combine.
+
+Rewritten in place, the user's text kept: the owner indices come from the warp's number, each such loop
+starts at `lane` and steps by 32 (neighbouring lanes touch neighbouring elements where the loop walks
+memory contiguously), each accumulator is combined across the warp with `__shfl_xor_sync` right after
+its loop (every lane then holds the result, as later statements expect), and stores outside the loops
+are done by lane 0. A warp owns one output, so the bounds check and any early return are warp-uniform
+and full-mask shuffles are safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis.facts import (
+    AND,
+    ARGMAX,
+    ARGMIN,
+    IDEMPOTENT,
+    LOGSUMEXP,
+    MAX,
+    MIN,
+    OR,
+    PRODUCT,
+    REASSOCIATED,
+    SUM,
+    XOR,
+    Access,
+    Loop,
+    Reduction,
+)
+from cuda_agent.agent.analysis.forms import LANE, THREAD_ATOMS, Form
+from cuda_agent.agent.analysis.values import text, unwrap
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
+from cuda_agent.agent.proposers.tree import (
+    FULL_MASK,
+    Edit,
+    KernelTree,
+    apply_to_body,
+    build_candidate,
+    line_indent,
+    local_names,
+    walk,
+)
+from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.targets import KernelTarget
+from tree_sitter import Node
+
+PROPOSER = "rewrite:warp-per-output"
+# (lanes per output, threads per block): a whole warp for long loops, 8 lanes for short ones (a head
+# dimension of 64) where 32 lanes would idle; 4 warps a block suits outputs that are few; 0 is a whole
+# block per output, for rows so long (a vocabulary) that a warp each would leave the GPU half idle.
+BLOCK = 0
+SHAPES = ((32, 256), (32, 128), (8, 256), (BLOCK, 256), (BLOCK, 1024))
+_IDENTITY = {
+    SUM: ("0", "0.0", "0.0f", "0.f", "0.0F", "0u", "0.", "0L", "0ll"),
+    XOR: ("0", "0u"),
+    OR: ("0", "0u"),
+}
+_IDENTITY |= {PRODUCT: ("1", "1.0", "1.0f", "1.f", "1.0F", "1u", "1.")}
+_INTEGRAL = (
+    "int",
+    "unsigned",
+    "unsigned int",
+    "long",
+    "long long",
+    "size_t",
+    "int64_t",
+    "uint32_t",
+    "int32_t",
+)
+
+
+class _Unsupported(Exception):
+    """Not this shape, or not provably the same results; the message says why (for debugging)."""
+
+
+@dataclass(frozen=True)
+class _Owner:
+    name: str
+    axis: str
+    count: str  # the bound in kernel terms (parameters and macros)
+    spec: str  # the same in the spec's terms
+
+
+def propose(target: KernelTarget) -> list[Candidate]:
+    found = analysed(target)
+    if found is None or target.spec is None:
+        return []
+    tree, facts = found
+    candidates = []
+    for width, block in SHAPES:
+        try:
+            body, owners, batch, distributed, assumptions = _rewrite(tree, facts, width)
+        except _Unsupported:
+            return []
+        owned = owners[0].spec if len(owners) == 1 else " * ".join(as_factor(o.spec) for o in owners)
+        grid = [f"ceil_div({owned}, block.x // {width})" if width else owned]
+        if batch:
+            launch = target.spec.launch
+            grid += ["1"] * (max(batch) - 1)
+            for axis in range(1, max(batch) + 1):
+                grid[axis : axis + 1] = [launch.grid[axis] if axis in batch else "1"]
+        group = {32: "warp", BLOCK: "block"}.get(width, f"group of {width} lanes")
+        per = ", ".join(o.name for o in reversed(owners))
+        loops = ", ".join(dict.fromkeys(loop.variable for loop in distributed))
+        candidates.append(
+            build_candidate(
+                tree,
+                body=body,
+                launch=LaunchSpec(block=(block, *([1] * (len(grid) - 1))), grid=tuple(grid)),
+                description=f"one {group} per {per}, block {block}: loop {loops} split across the lanes",
+                proposer=PROPOSER,
+                assumptions=assumptions,
+            )
+        )
+    return candidates
+
+
+def _rewrite(
+    tree: KernelTree, facts: KernelFacts, width: int
+) -> tuple[str, list[_Owner], set[int], list[Loop], tuple[str, ...]]:
+    if facts.uses_shared or facts.barriers or facts.atomics or facts.guard is None:
+        raise _Unsupported("shared memory, barriers, atomics or no bounds check")
+    if facts.thread_uses:
+        raise _Unsupported("thread builtins read outside the index declarations")
+    owners, batch = _owners(tree, facts)
+    top = [loop for loop in facts.loops if loop.depth == 0]
+    distributed = [loop for loop in top if _distributable(loop)]
+    if not distributed:
+        raise _Unsupported("no loop to split across a warp")
+    if not any(_walks_contiguously(facts, loop) for loop in distributed):
+        raise _Unsupported("no split loop walks memory contiguously")
+    _check_memory(facts, distributed)
+    names = local_names(
+        tree,
+        "warp",
+        "lane",
+        "offset",
+        "other",
+        "other_at",
+        "other_sum",
+        "joint",
+        "group_mask",
+        "part",
+        "w",
+        "group",
+    )
+    edits = _owner_edits(tree, facts, owners, names, width)
+    assumptions: set[str] = set()
+    for loop in distributed:
+        edits += _loop_edits(tree, loop, names, width)
+        for reduction in loop.reductions:
+            _check_initial(tree, loop, reduction)
+            combined, assumption = _combine(tree, loop, reduction, names, width)
+            edits.append((loop.node.end_byte, loop.node.end_byte, combined))
+            if assumption:
+                assumptions.add(assumption)
+    edits += _lane_zero_stores(tree, facts, distributed, names["lane"])
+    return apply_to_body(tree, edits), owners, batch, distributed, tuple(sorted(assumptions))
+
+
+def _owners(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Owner], set[int]]:
+    """The global thread indices (x first), each with its bound from the bounds check, and the grid axes
+    (1 for y, 2 for z) that are a batch: `int bh = blockIdx.z;`, kept as they are."""
+    guard = facts.guard
+    assert guard is not None
+    owners: list[_Owner] = []
+    batch: set[int] = set()
+    for index in facts.indices:
+        mentions_builtin = any(text(n).replace(" ", "") in THREAD_ATOMS for n in walk(index.declaration))
+        if not mentions_builtin:
+            continue  # derived from another index by name: follows it
+        plain = [a for a in "yz" if index.form == Form.atom(f"blockIdx.{a}")]
+        if plain:
+            batch.add("xyz".index(plain[0]))
+            continue
+        if index.axis not in ("x", "y") or len(index.declaration.children_by_field_name("declarator")) != 1:
+            raise _Unsupported(f"{index.name} is not a global index along x or y")
+        bound = guard.bound_of(index.name)
+        if bound is None:
+            raise _Unsupported(f"{index.name} has no bound in the bounds check")
+        count, spec = _count(tree, bound.bound)
+        owners.append(_Owner(index.name, index.axis, count, spec))
+    axes = sorted(o.axis for o in owners)
+    if axes not in (["x"], ["x", "y"]) or (len(axes) == 2 and 1 in batch):
+        raise _Unsupported("not one index along x, or one along x and one along y")
+    launch = tree.target.spec.launch if tree.target.spec else None
+    if launch is None or any(len(launch.grid) <= axis for axis in batch):
+        raise _Unsupported("a batch axis the launch does not have")
+    if any(b != 1 for b in launch.block[len(axes) :]):
+        raise _Unsupported("threads along an axis that is not an index")
+    return sorted(owners, key=lambda o: o.axis), batch
+
+
+def _count(tree: KernelTree, bound: Form) -> tuple[str, str]:
+    try:
+        kernel_text, spec_text = bound_terms(tree, bound)
+    except NotInSizes as exc:
+        raise _Unsupported(str(exc)) from exc
+    return as_factor(kernel_text), spec_text
+
+
+def _distributable(loop: Loop) -> bool:
+    """Independent iterations, a unit step, and reductions whose combine the warp can finish."""
+    return loop.independent and loop.step.value() == 1
+
+
+def _walks_contiguously(facts: KernelFacts, loop: Loop) -> bool:
+    """Whether splitting the loop coalesces something: an access that moves by one element per
+    iteration but by more than one between neighbouring threads (a row read by a thread per row), and no
+    access that neighbouring threads already read together and the loop walks with a stride."""
+    gains = False
+    for access in facts.accesses_in(loop):
+        along, across = access.stride(loop.variable), access.stride(LANE)
+        if _unit(along) and (across is None or across.value() not in (0, 1)):
+            gains = True
+        if _unit(across) and (along is None or along.value() not in (0, 1)):
+            return False
+    return gains
+
+
+def _unit(stride: Form | None) -> bool:
+    return stride is not None and stride.value() == 1
+
+
+def _check_memory(facts: KernelFacts, distributed: list[Loop]) -> None:
+    """Every store is in a split loop or outside all loops (lane 0 does those); an array that is stored is
+    read back only where the same lane stored it (the same offset in a split loop with the same start)."""
+    variables = {loop.variable: loop for loop in distributed}
+    written: dict[str, list[Access]] = {}
+    for access in facts.accesses:
+        if not access.write:
+            continue
+        if access.loops and access.loops[0] not in variables:
+            raise _Unsupported(f"a store to {access.array} in a loop that is not split")
+        written.setdefault(access.array, []).append(access)
+    for access in facts.accesses:
+        stores = written.get(access.array)
+        if not stores or not access.read or access.write:
+            continue
+        if not access.loops or access.loops[0] not in variables:
+            raise _Unsupported(f"{access.array} is stored and read outside a split loop")
+        start = variables[access.loops[0]].start
+        if not any(
+            s.loops
+            and s.loops[0] in variables
+            and variables[s.loops[0]].start == start
+            and s.offset.substitute(s.loops[0], Form.atom("k"))
+            == access.offset.substitute(access.loops[0], Form.atom("k"))
+            for s in stores
+        ):
+            raise _Unsupported(f"{access.array} is read where another lane may have stored it")
+
+
+def _owner_edits(
+    tree: KernelTree, facts: KernelFacts, owners: list[_Owner], names: dict[str, str], width: int
+) -> list[Edit]:
+    """The owner indices from the group's number (x fastest), and the lane declared before them."""
+    warp, lane = names["warp"] if width == 32 else names["group"], names["lane"]
+    declarations = {i.name: i.declaration for i in facts.indices}
+    edits: list[Edit] = []
+    first = min((declarations[o.name] for o in owners), key=lambda d: d.start_byte)
+    indent = line_indent(tree, first)
+    lanes = f"const int {lane} = threadIdx.x % {width};\n{indent}" if width else ""
+    if width and width < 32:
+        # the shuffles name only this group's lanes: a neighbouring group may have returned already
+        mask = f"0x{(1 << width) - 1:x}u << (threadIdx.x % 32 - {lane})"
+        lanes += f"const unsigned {names['group_mask']} = {mask};\n{indent}"
+    number = f"blockIdx.x * (blockDim.x / {width}) + threadIdx.x / {width}" if width else "blockIdx.x"
+    if not width:
+        lanes = f"const int {lane} = threadIdx.x;  // the block's threads share this output's loops\n{indent}"
+    if len(owners) == 1:
+        (owner,) = owners
+        value = _initialiser(declarations[owner.name])
+        edits.append((value.start_byte, value.end_byte, number))
+        edits.append((first.start_byte, first.start_byte, lanes))
+        return edits
+    x, y = owners
+    group = {32: "warp", BLOCK: "block"}.get(width, f"group of {width} lanes")
+    header = (
+        f"// one {group} per ({y.name}, {x.name}); its lanes share the loops below\n{indent}"
+        f"const int {warp} = {number};\n{indent}{lanes}"
+    )
+    edits.append((first.start_byte, first.start_byte, header))
+    value = _initialiser(declarations[x.name])
+    edits.append((value.start_byte, value.end_byte, f"{warp} % {x.count}"))
+    value = _initialiser(declarations[y.name])
+    edits.append((value.start_byte, value.end_byte, f"{warp} / {x.count}"))
+    return edits
+
+
+def _initialiser(declaration: Node) -> Node:
+    (declarator,) = declaration.children_by_field_name("declarator")
+    value = declarator.child_by_field_name("value")
+    if value is None:
+        raise _Unsupported("an index without an initialiser")
+    return value
+
+
+def _loop_edits(tree: KernelTree, loop: Loop, names: dict[str, str], width: int) -> list[Edit]:
+    """`for (int k = a; k < n; ++k)` -> `for (int k = a + lane; k < n; k += 32)`."""
+    initializer, update = (
+        loop.node.child_by_field_name("initializer"),
+        loop.node.child_by_field_name("update"),
+    )
+    assert initializer is not None and update is not None
+    if initializer.type == "declaration":
+        (declarator,) = initializer.children_by_field_name("declarator")
+        start = declarator.child_by_field_name("value")
+    else:
+        start = initializer.child_by_field_name("right")
+    assert start is not None
+    lane = names["lane"]
+    begin = tree.text(start)
+    new_start = (
+        lane if begin.strip() == "0" else (f"{begin} + {lane}" if _simple(start) else f"({begin}) + {lane}")
+    )
+    return [
+        (start.start_byte, start.end_byte, new_start),
+        (update.start_byte, update.end_byte, f"{loop.variable} += {width or 'blockDim.x'}"),
+    ]
+
+
+def _simple(node: Node) -> bool:
+    node = unwrap(node)
+    return node.type in ("identifier", "number_literal", "field_expression", "call_expression") or (
+        node.type == "binary_expression"
+        and (op := node.child_by_field_name("operator")) is not None
+        and op.type in ("+", "-", "*", "/", "%")
+    )
+
+
+def _declared_type(tree: KernelTree, name: str) -> str | None:
+    for node in walk(tree.body):
+        if node.type != "declaration":
+            continue
+        for declarator in node.children_by_field_name("declarator"):
+            inner: Node | None = declarator
+            while inner is not None and inner.type != "identifier":
+                inner = inner.child_by_field_name("declarator")
+            if inner is not None and tree.text(inner) == name:
+                type_node = node.child_by_field_name("type")
+                return tree.text(type_node) if type_node is not None else None
+    return None
+
+
+def _check_initial(tree: KernelTree, loop: Loop, reduction: Reduction) -> None:
+    """A sum (product, xor) entering the loop must hold its identity: each lane adds its part to it, so
+    any other starting value would be counted 32 times. Max, min and their positions repeat harmlessly."""
+    if reduction.combine in IDEMPOTENT:
+        return
+    # the online softmax's sum must start at 0 (its maximum may start anywhere)
+    name = reduction.accumulators[1 if reduction.combine == LOGSUMEXP else 0]
+    combine = SUM if reduction.combine == LOGSUMEXP else reduction.combine
+    last: Node | None = None  # the last setting of the accumulator before the loop: its value there
+    for node in walk(tree.body):
+        if node.start_byte >= loop.node.start_byte:
+            break
+        if node.type == "init_declarator" and _declarator_name(tree, node) == name:
+            last = node.child_by_field_name("value")
+        elif node.type in ("assignment_expression", "update_expression"):
+            target = node.child_by_field_name("left" if node.type == "assignment_expression" else "argument")
+            if target is not None and tree.text(unwrap(target)) == name:
+                operator = node.child_by_field_name("operator")
+                plain = operator is not None and operator.type == "=" and node.type == "assignment_expression"
+                last = node.child_by_field_name("right") if plain else node
+    if last is None or last.type in ("assignment_expression", "update_expression"):
+        raise _Unsupported(f"{name} is updated before the loop")
+    if tree.text(last).strip() not in _IDENTITY[combine] or _inside_other_loop(tree, last):
+        raise _Unsupported(f"{name} does not start from its identity")
+
+
+def _declarator_name(tree: KernelTree, declarator: Node) -> str | None:
+    inner = declarator.child_by_field_name("declarator")
+    return tree.text(inner) if inner is not None and inner.type == "identifier" else None
+
+
+def _inside_other_loop(tree: KernelTree, node: Node) -> bool:
+    parent = node.parent
+    while parent is not None and parent != tree.body:
+        if parent.type in ("for_statement", "while_statement", "do_statement"):
+            return True
+        parent = parent.parent
+    return False
+
+
+def _combine(
+    tree: KernelTree, loop: Loop, reduction: Reduction, names: dict[str, str], width: int
+) -> tuple[str, str | None]:
+    """The code that finishes the reduction across the lanes, to go right after the loop: shuffles
+    within a warp (or a group of lanes); for a block per output, then each warp's result through shared
+    memory, merged in the same order by every thread (all of them go on with the result)."""
+    indent = line_indent(tree, loop.node)
+    unit = tree.indent_unit()
+    value = reduction.accumulators[0]
+    kind = _declared_type(tree, value) or "float"
+    others, merge, comment, assumption = _merge(tree, reduction, names, kind)
+    lanes = min(width, 32) if width else 32
+    step = names["offset"]
+    head = f"for (int {step} = {lanes // 2}; {step} > 0; {step} >>= 1)"
+    mask = names["group_mask"] if width and width < 32 else FULL_MASK
+    suffix = f", {width}" if width and width < 32 else ""
+    shuffles = [f"{t} {o} = __shfl_xor_sync({mask}, {a}, {step}{suffix});" for o, t, a in others]
+    lines = [f"// {comment}"] if comment else []
+    compact = _compact(reduction, merge, others)
+    if compact is not None:
+        lines.append(f"{head} {compact.replace(others[0][0], shuffles[0].split(' = ', 1)[1][:-1])}")
+    else:
+        lines += [f"{head} {{", *(unit + line for line in shuffles + merge), "}"]
+    if not width:
+        parts = [(f"{a}_{names['part']}", t, a, o) for o, t, a in others]
+        warp, count = names["w"], "blockDim.x / 32"
+        lines += [
+            "// then the warps' results, through shared memory",
+            "{",
+            *(f"{unit}__shared__ {t} {p}[32];" for p, t, _, _ in parts),
+            f"{unit}if (threadIdx.x % 32 == 0) {{",
+            *(f"{unit}{unit}{p}[threadIdx.x / 32] = {a};" for p, _, a, _ in parts),
+            f"{unit}}}",
+            f"{unit}__syncthreads();",
+            *(f"{unit}{a} = {p}[0];" for p, _, a, _ in parts),
+            f"{unit}for (int {warp} = 1; {warp} < {count}; ++{warp}) {{",
+            *(f"{unit}{unit}{t} {o} = {p}[{warp}];" for p, t, _, o in parts),
+            *(unit + unit + line for line in merge),
+            f"{unit}}}",
+            f"{unit}__syncthreads();  // the partials are read before they are written again",
+            "}",
+        ]
+    return "".join(f"\n{indent}{line}" for line in lines), assumption
+
+
+def _merge(
+    tree: KernelTree, reduction: Reduction, names: dict[str, str], kind: str
+) -> tuple[list[tuple[str, str, str]], list[str], str, str | None]:
+    """(the other lane's values: (name, type, accumulator), statements merging them in, a comment, the
+    assumption the merge makes)."""
+    value = reduction.accumulators[0]
+    other = names["other"]
+    floating = kind not in _INTEGRAL
+    assumption = None
+    if reduction.combine in REASSOCIATED and floating:
+        assumption = f"the {reduction.combine} into {value} is reassociated across the lanes"
+        assumption += " (within the spec's tolerance)"
+    operators = {SUM: "+=", PRODUCT: "*=", OR: "|=", AND: "&=", XOR: "^="}
+    if reduction.combine in operators:
+        return [(other, kind, value)], [f"{value} {operators[reduction.combine]} {other};"], "", assumption
+    if reduction.combine in (MAX, MIN):
+        if reduction.combiner not in ("?:", "if", ">", "<"):
+            return [(other, kind, value)], [f"{value} = {reduction.combiner}({value}, {other});"], "", None
+        comparison = ">" if reduction.combine == MAX else "<"
+        return [(other, kind, value)], [f"if ({other} {comparison} {value}) {value} = {other};"], "", None
+    if reduction.combine in (ARGMAX, ARGMIN):
+        at = reduction.accumulators[1]
+        other_at = names["other_at"]
+        comparison = ">" if reduction.combine == ARGMAX else "<"
+        tie = "<" if reduction.first else ">"
+        order = "first" if reduction.first else "last"
+        unit = tree.indent_unit()
+        merge = [
+            f"if ({other} {comparison} {value} || ({other} == {value} && {other_at} {tie} {at})) {{",
+            f"{unit}{value} = {other};",
+            f"{unit}{at} = {other_at};",
+            "}",
+        ]
+        others = [(other, kind, value), (other_at, _declared_type(tree, at) or "int", at)]
+        return others, merge, f"the lanes' best, the {order} position on a tie, as the loop keeps it", None
+    if reduction.combine == LOGSUMEXP:
+        total, exp = reduction.accumulators[1], reduction.combiner
+        other_sum, joint = names["other_sum"], names["joint"]
+        unit = tree.indent_unit()
+        merge = [
+            f"{kind} {joint} = fmaxf({value}, {other});",
+            f"{total} = ({value} == {joint} ? {total} : {total} * {exp}({value} - {joint}))",
+            f"{unit}+ ({other} == {joint} ? {other_sum} : {other_sum} * {exp}({other} - {joint}));",
+            f"{value} = {joint};",
+        ]
+        return (
+            [(other, kind, value), (other_sum, kind, total)],
+            merge,
+            "the lanes' running maxima and sums: each sum rescaled to the joint maximum",
+            "the online softmax's sum is regrouped across the lanes (within the spec's tolerance)",
+        )
+    raise _Unsupported(f"no warp combine for {reduction.combine}")
+
+
+def _compact(reduction: Reduction, merge: list[str], others: list[tuple[str, str, str]]) -> str | None:
+    """The merge as one statement with the shuffle in it (`acc += __shfl_xor_sync(...)`), where it can be."""
+    simple = reduction.combine in (SUM, PRODUCT, OR, AND, XOR) or (
+        reduction.combine in (MAX, MIN) and reduction.combiner not in ("?:", "if", ">", "<")
+    )
+    return merge[0] if simple and len(others) == 1 else None
+
+
+def _lane_zero_stores(tree: KernelTree, facts: KernelFacts, distributed: list[Loop], lane: str) -> list[Edit]:
+    """Stores outside the split loops are left to lane 0: each element is then written once."""
+    edits: list[Edit] = []
+    done: set[int] = set()
+    for access in facts.accesses:
+        if not access.write or access.loops:
+            continue
+        statement = access.node
+        while statement.parent is not None and statement.type != "expression_statement":
+            statement = statement.parent
+        if statement.type != "expression_statement" or statement.start_byte in done:
+            continue
+        if any(
+            n.type in ("assignment_expression", "update_expression") and _assigns_local(tree, n)
+            for n in walk(statement)
+        ):
+            raise _Unsupported("a store that also updates a local")
+        done.add(statement.start_byte)
+        edits.append((statement.start_byte, statement.start_byte, f"if ({lane} == 0) "))
+        parent = statement.parent
+        if parent is not None and parent.type != "compound_statement":
+            edits[-1] = (statement.start_byte, statement.start_byte, f"{{ if ({lane} == 0) ")
+            edits.append((statement.end_byte, statement.end_byte, " }"))
+    return edits
+
+
+def _assigns_local(tree: KernelTree, node: Node) -> bool:
+    field = "left" if node.type == "assignment_expression" else "argument"
+    target = node.child_by_field_name(field)
+    return target is not None and unwrap(target).type == "identifier"
