@@ -19,6 +19,14 @@ NAIVE = (ROOT / "bench" / "kernels" / "matmul_naive.cu").read_text()
 SPEC = NAIVE[NAIVE.index("/* cuda-agent") : NAIVE.index("*/") + 2]
 
 
+# A·Bᵀ: B stored as N x K, read along k.
+TRANSPOSED = (
+    NAIVE.replace("B[k * N + col]", "B[col * K + k]")
+    .replace('shape = ["K", "N"]', 'shape = ["N", "K"]')
+    .replace('C = "A @ B"', 'C = "A @ B.T"')
+)
+
+
 def loads(candidate: Candidate) -> list[str]:
     """The values the row and col factor tiles are loaded with (first tile)."""
     found = [
@@ -139,7 +147,7 @@ def test_contractions_verify_and_beat_the_originals_on_the_gpu() -> None:
         _target(COVARIANCE, "covariance"),
         _target(SYRK, "syrk"),
         _target(ATTENTION, "scores"),
-        _target(NAIVE.replace("B[k * N + col]", "B[col * K + k]"), "matmul"),
+        _target(TRANSPOSED, "matmul"),
     ]
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in targets:

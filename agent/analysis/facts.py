@@ -125,7 +125,14 @@ class KernelFacts:
         return next((loop for loop in self.loops if loop.variable == variable), None)
 
     def accesses_in(self, loop: Loop) -> list[Access]:
-        return [a for a in self.accesses if loop.variable in a.loops]
+        """The accesses inside the loop (its inner loops' included)."""
+        return [a for a in self.accesses if loop.node.start_byte <= a.node.start_byte < loop.node.end_byte]
+
+    def outermost_loop(self, access: Access) -> Loop | None:
+        """The top-level loop holding the access, if one does (uncounted loops are not in `loops`)."""
+        return next(
+            (loop for loop in self.loops if loop.depth == 0 and access in self.accesses_in(loop)), None
+        )
 
     def describe(self) -> str:
         """One line a person can check: the thread mapping, the loops and reductions, the coalescing."""

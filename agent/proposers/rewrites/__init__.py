@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites import contraction, warp_per_output
+from cuda_agent.agent.proposers.rewrites import contraction, vector_loop, warp_per_output
 from cuda_agent.agent.targets import KernelTarget
 
 REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     contraction.PROPOSER: contraction.propose,
     warp_per_output.PROPOSER: warp_per_output.propose,
+    vector_loop.PROPOSER: vector_loop.propose,
 }
 
 __all__ = ["REWRITE_PROPOSERS"]

@@ -235,29 +235,34 @@ def _unit(stride: Form | None) -> bool:
 def _check_memory(facts: KernelFacts, distributed: list[Loop]) -> None:
     """Every store is in a split loop or outside all loops (lane 0 does those); an array that is stored is
     read back only where the same lane stored it (the same offset in a split loop with the same start)."""
-    variables = {loop.variable: loop for loop in distributed}
+    split = {loop.node.start_byte: loop for loop in distributed}
+
+    def holder(access: Access) -> Loop | None:
+        loop = facts.outermost_loop(access)
+        return split.get(loop.node.start_byte) if loop is not None else None
+
     written: dict[str, list[Access]] = {}
     for access in facts.accesses:
         if not access.write:
             continue
-        if access.loops and access.loops[0] not in variables:
+        if access.loops and holder(access) is None:
             raise _Unsupported(f"a store to {access.array} in a loop that is not split")
         written.setdefault(access.array, []).append(access)
     for access in facts.accesses:
         stores = written.get(access.array)
         if not stores or not access.read or access.write:
             continue
-        if not access.loops or access.loops[0] not in variables:
+        mine = holder(access)
+        if mine is None:
             raise _Unsupported(f"{access.array} is stored and read outside a split loop")
-        start = variables[access.loops[0]].start
-        if not any(
-            s.loops
-            and s.loops[0] in variables
-            and variables[s.loops[0]].start == start
-            and s.offset.substitute(s.loops[0], Form.atom("k"))
-            == access.offset.substitute(access.loops[0], Form.atom("k"))
+        here = access.offset.substitute(mine.variable, Form.atom("k"))
+        same_lane = any(
+            (theirs := holder(s)) is not None
+            and theirs.start == mine.start
+            and s.offset.substitute(theirs.variable, Form.atom("k")) == here
             for s in stores
-        ):
+        )
+        if not same_lane:
             raise _Unsupported(f"{access.array} is read where another lane may have stored it")
 
 

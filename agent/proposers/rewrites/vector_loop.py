@@ -1,0 +1,315 @@
+"""A strided loop over contiguous elements -> the same loop over 16-byte vectors.
+
+Driven by the analysis: a loop whose threads start at neighbouring elements and step past each other
+(`for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`, `for (i =
+threadIdx.x; i < d; i += blockDim.x)`, a warp's `for (c = lane; c < cols; c += 32)`), with independent
+iterations (reductions allowed) and every access `p[base + i]` for arrays of one element size: each
+thread then takes 16 bytes of consecutive elements a step (8 halves, 4 floats) through one vector load
+or store per array, the body run for each element from registers. Where the vectors would pass the end
+or a pointer is not 16-byte aligned (a row of odd length), that step runs the original body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
+from cuda_agent.agent.analysis.facts import Access, Loop
+from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Form
+from cuda_agent.agent.analysis.values import text
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.tree import (
+    Edit,
+    KernelTree,
+    candidate_from,
+    line_indent,
+    local_names,
+    walk,
+)
+from cuda_agent.agent.targets import KernelTarget
+from tree_sitter import Node
+
+PROPOSER = "rewrite:vector-loop"
+VECTOR_BYTES = 16
+
+
+class _Unsupported(Exception):
+    """Not a loop this rewrite can vectorise; the message says why (for debugging)."""
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """One array element the body touches each iteration: `x_row[i]`, as a register array."""
+
+    name: str  # the register array's name
+    type: str  # the element type
+    place: str  # `&x_row[i]` with i the vector's first element
+    loaded: bool
+    stored: bool
+    nodes: tuple[Node, ...]  # the subscripts replaced by `name[e]`
+
+
+def propose(target: KernelTarget) -> list[Candidate]:
+    found = analysed(target)
+    if found is None:
+        return []
+    tree, facts = found
+    edits: list[Edit] = []
+    widths: list[int] = []
+    taken = tree.names()
+    for loop in facts.loops:
+        try:
+            loop_edits, width = _vectorised(tree, facts, loop, taken)
+        except _Unsupported:
+            continue
+        edits += loop_edits
+        widths.append(width)
+    if not edits:
+        return []
+    loops = "loops" if len(widths) > 1 else "loop"
+    description = (
+        f"{VECTOR_BYTES}-byte loads and stores in the strided {loops} ({max(widths)} elements a step)"
+    )
+    return [candidate_from(target, tree.apply_to_file(edits), description=description, proposer=PROPOSER)]
+
+
+def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str]) -> tuple[list[Edit], int]:
+    inner = [o for o in facts.loops if loop.node.start_byte < o.node.start_byte < loop.node.end_byte]
+    if not loop.independent or inner:
+        raise _Unsupported("dependent iterations or a nested loop")
+    if any(n.type in ("continue_statement", "break_statement", "return_statement") for n in walk(loop.body)):
+        raise _Unsupported("a jump in the body")
+    if loop.variable in assigned_names(loop.body):
+        raise _Unsupported("the body moves the loop variable")
+    position = _thread_position(loop, facts)
+    accesses = facts.accesses_in(loop)
+    if not accesses:
+        raise _Unsupported("no accesses")
+    sizes = {a.element_bytes for a in accesses}
+    if len(sizes) != 1 or None in sizes:
+        raise _Unsupported("arrays of several element sizes")
+    (size,) = sizes
+    assert size is not None
+    width = VECTOR_BYTES // size
+    if width < 2:
+        raise _Unsupported("elements as wide as a vector")
+    for access in accesses:
+        if access.stride(loop.variable) != Form.constant(1) or access.node.type != "subscript_expression":
+            raise _Unsupported(f"{access.array} is not read at base + {loop.variable}")
+    for array in {a.array for a in accesses if a.write}:
+        # Another thread now takes each element: only this loop, at this one offset, may touch it.
+        if len({a.offset.text() for a in accesses if a.array == array}) != 1 or any(
+            a.array == array and a not in accesses for a in facts.accesses
+        ):
+            raise _Unsupported(f"{array} is stored here and touched elsewhere")
+    names = local_names(tree, *(f"{loop.variable}0", "e"))
+    first, element = names[f"{loop.variable}0"], names["e"]
+    streams = _streams(tree, loop, accesses, first, taken)
+    return _edits(tree, loop, streams, position, width, first, element), width
+
+
+def _thread_position(loop: Loop, facts: KernelFacts) -> str:
+    """The thread's place among those sharing the loop (`threadIdx.x`, `lane`, the global index), as
+    text, when the loop's step is exactly the number of them: then they cover the range together."""
+    position = Form({m: c for m, c in loop.start.terms.items() if any(_threads(a, facts) for a in m)})
+    step = loop.step
+    atoms = position.atoms()
+    if position == Form.atom("threadIdx.x") and step == Form.atom("blockDim.x"):
+        return "threadIdx.x"
+    global_x = Form.atom("blockIdx.x") * Form.atom("blockDim.x") + Form.atom("threadIdx.x")
+    if position == global_x and step == Form.atom("blockDim.x") * Form.atom("gridDim.x"):
+        return "(blockIdx.x * blockDim.x + threadIdx.x)"
+    if len(atoms) == 1 and len(position.terms) == 1 and position.terms.get(tuple(atoms)) == 1:
+        (atom,) = atoms
+        if atom == f"⟨(threadIdx.x) % ({step.text()})⟩" and step.value() is not None:
+            return f"(threadIdx.x % {step.text()})"
+    raise _Unsupported("the threads do not start side by side and step past each other")
+
+
+def _threads(atom: str, facts: KernelFacts) -> bool:
+    return atom in THREAD_ATOMS or atom.startswith("⟨(threadIdx")
+
+
+def _streams(
+    tree: KernelTree, loop: Loop, accesses: list[Access], first: str, taken: set[str]
+) -> list[_Stream]:
+    by_place: dict[str, list[Access]] = {}
+    for access in accesses:
+        by_place.setdefault(f"{access.array}[{access.offset.text()}]", []).append(access)
+    streams = []
+    for group in by_place.values():
+        parameter = tree.parameter(group[0].array)
+        if parameter is None:
+            raise _Unsupported("an array that is not a parameter")
+        node = group[0].node
+        array, index = node.child_by_field_name("argument"), node.child_by_field_name("indices")
+        assert array is not None and index is not None
+        place = f"&{tree.text(array)}[{_substituted(tree, index.named_children[0], loop.variable, first)}]"
+        stored = any(a.write for a in group)
+        conditional = any(a.write and not _unconditional(a.node, loop) for a in group)
+        loaded = any(a.read for a in group) or conditional
+        name = f"{_stem(tree.text(array))}_v"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        streams.append(_Stream(name, parameter.type, place, loaded, stored, tuple(a.node for a in group)))
+    return streams
+
+
+def _stem(expression: str) -> str:
+    word = "".join(c if c.isalnum() or c == "_" else " " for c in expression).split()
+    return word[-1] if word else "v"
+
+
+def _substituted(tree: KernelTree, node: Node, name: str, replacement: str) -> str:
+    """The node's text with every use of `name` spelled `replacement`."""
+    data = tree.data
+    pieces, cursor = [], node.start_byte
+    for child in walk(node):
+        if child.type == "identifier" and text(child) == name and child.start_byte >= cursor:
+            pieces.append(data[cursor : child.start_byte].decode("utf-8"))
+            pieces.append(replacement)
+            cursor = child.end_byte
+    pieces.append(data[cursor : node.end_byte].decode("utf-8"))
+    return "".join(pieces)
+
+
+def _unconditional(node: Node, loop: Loop) -> bool:
+    """Whether the store runs on every iteration (its statement sits directly in the loop's body)."""
+    parent = node.parent
+    while parent is not None and parent.type != "expression_statement":
+        parent = parent.parent
+    holder = parent.parent if parent is not None else None
+    return holder is not None and (holder == loop.body or parent == loop.body)
+
+
+def _edits(
+    tree: KernelTree, loop: Loop, streams: list[_Stream], position: str, width: int, first: str, element: str
+) -> list[Edit]:
+    initializer = loop.node.child_by_field_name("initializer")
+    condition = loop.node.child_by_field_name("condition")
+    update = loop.node.child_by_field_name("update")
+    assert initializer is not None and condition is not None and update is not None
+    start = _start_text(tree, initializer)
+    step = _step_text(tree, update, loop.variable)
+    bound = _bound_text(tree, condition, loop.variable)
+    indent = line_indent(tree, loop.node)
+    unit = tree.indent_unit()
+    body = _body_text(tree, loop, streams, element)
+    original = tree.text(loop.body)
+    kind = _declared_type(initializer)
+    v = loop.variable
+    aligned = " | ".join(f"(unsigned long long)({s.place})" for s in streams)
+    alone = all(any(a in THREAD_ATOMS or a.startswith("⟨") for a in m) for m in loop.start.terms)
+    begin = f"{start} * {width}" if alone else f"{start} + {position} * {width - 1}"
+    header = f"{kind} {first} = {begin}; {first} < {bound}; {first} += ({step}) * {width}"
+    lines = [
+        f"// {width} elements a step: one {VECTOR_BYTES}-byte load or store per array, the body on registers",
+        f"for ({header}) {{",
+        f"{unit}if ({first} + {width} <= {bound} && (({aligned}) & {VECTOR_BYTES - 1}) == 0) {{",
+    ]
+    for stream in streams:
+        lines.append(f"{unit}{unit}alignas({VECTOR_BYTES}) {stream.type} {stream.name}[{width}];")
+        if stream.loaded:
+            load = f"*reinterpret_cast<const uint4*>({stream.place})"
+            lines.append(f"{unit}{unit}*reinterpret_cast<uint4*>({stream.name}) = {load};")
+    lines += [
+        f"{unit}{unit}#pragma unroll",
+        f"{unit}{unit}for (int {element} = 0; {element} < {width}; ++{element}) {{",
+        *([f"{unit}{unit}{unit}const {kind} {v} = {first} + {element};"] if _uses(body, v) else []),
+        *(f"{unit}{unit}{unit}{line}" for line in body),
+        f"{unit}{unit}}}",
+    ]
+    for stream in streams:
+        if stream.stored:
+            store = f"*reinterpret_cast<const uint4*>({stream.name})"
+            lines.append(f"{unit}{unit}*reinterpret_cast<uint4*>({stream.place}) = {store};")
+    lines += [
+        f"{unit}}} else {{",
+        f"{unit}{unit}// the last elements, or pointers not aligned for vectors: the loop as it was",
+        f"{unit}{unit}for ({kind} {v} = {first}; {v} < {bound} && {v} < {first} + {width}; ++{v}) "
+        + _reindented(original, indent, indent + unit + unit),
+        f"{unit}}}",
+        "}",
+    ]
+    text_out = ("\n" + indent).join(lines)
+    return [(loop.node.start_byte, loop.node.end_byte, text_out)]
+
+
+def _uses(lines: list[str], name: str) -> bool:
+    return any(name in "".join(c if c.isalnum() or c == "_" else " " for c in line).split() for line in lines)
+
+
+def _reindented(original: str, old: str, new: str) -> str:
+    lines = original.split("\n")
+    return "\n".join(
+        [lines[0], *((new + line[len(old) :]) if line.startswith(old) else line for line in lines[1:])]
+    )
+
+
+def _body_text(tree: KernelTree, loop: Loop, streams: list[_Stream], element: str) -> list[str]:
+    """The body's statements with each element access read from or written to its register array."""
+    replacements = {(n.start_byte, n.end_byte): f"{s.name}[{element}]" for s in streams for n in s.nodes}
+    body = loop.body
+    inner = body.named_children if body.type == "compound_statement" else [body]
+    lines: list[str] = []
+    base = None
+    for statement in inner:
+        if statement.type == "comment":
+            continue
+        written = _replaced(tree, statement, replacements)
+        indent = line_indent(tree, statement)
+        base = indent if base is None else base
+        for n, line in enumerate(written.split("\n")):
+            lines.append(line if n == 0 else (line[len(base) :] if line.startswith(base) else line.lstrip()))
+    return lines
+
+
+def _replaced(tree: KernelTree, node: Node, replacements: dict[tuple[int, int], str]) -> str:
+    data = tree.data
+    pieces, cursor = [], node.start_byte
+    for child in walk(node):
+        key = (child.start_byte, child.end_byte)
+        if child.type == "subscript_expression" and key in replacements and child.start_byte >= cursor:
+            pieces.append(data[cursor : child.start_byte].decode("utf-8"))
+            pieces.append(replacements[key])
+            cursor = child.end_byte
+    pieces.append(data[cursor : node.end_byte].decode("utf-8"))
+    return "".join(pieces)
+
+
+def _bound_text(tree: KernelTree, condition: Node, variable: str) -> str:
+    """`n` of `i < n` (the only spelling taken here: the bound is repeated in the new loop's tests)."""
+    op, left, right = (condition.child_by_field_name(f) for f in ("operator", "left", "right"))
+    if condition.type != "binary_expression" or op is None or op.type != "<" or left is None or right is None:
+        raise _Unsupported("a bound other than `i < n`")
+    if tree.text(left).strip() != variable:
+        raise _Unsupported("a bound other than `i < n`")
+    written = tree.text(right)
+    return written if right.type in ("identifier", "number_literal", "field_expression") else f"({written})"
+
+
+def _start_text(tree: KernelTree, initializer: Node) -> str:
+    if initializer.type == "declaration":
+        (declarator,) = initializer.children_by_field_name("declarator")
+        value = declarator.child_by_field_name("value")
+    else:
+        value = initializer.child_by_field_name("right")
+    if value is None:
+        raise _Unsupported("no start")
+    return f"({tree.text(value)})" if value.type == "binary_expression" else tree.text(value)
+
+
+def _step_text(tree: KernelTree, update: Node, variable: str) -> str:
+    if update.type == "assignment_expression":
+        operator, right = update.child_by_field_name("operator"), update.child_by_field_name("right")
+        if operator is not None and operator.type == "+=" and right is not None:
+            return tree.text(right)
+    raise _Unsupported("a step other than `+=`")
+
+
+def _declared_type(initializer: Node) -> str:
+    if initializer.type != "declaration":
+        raise _Unsupported("the loop variable is declared elsewhere")
+    type_node = initializer.child_by_field_name("type")
+    return text(type_node) if type_node is not None else "int"

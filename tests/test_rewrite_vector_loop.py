@@ -1,0 +1,122 @@
+"""The vector-loop rewrite on CPU: a strided loop whose threads start side by side and step past each
+other takes 16 bytes of consecutive elements a step through one load or store per array, the original
+body kept for the ends and for pointers not aligned for vectors; it is not offered where the elements
+are not consecutive, are of several sizes, or the threads do not cover the range together. The
+gpu-marked test verifies the rewrites against the originals on the H200."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.proposers.rewrites import vector_loop, warp_per_output
+from cuda_agent.agent.targets import KernelTarget, load_targets
+from cuda_agent.sandbox.compile import compile_kernel
+
+from tests.test_rewrite_warp_per_output import ROW_SPEC, _target, needs_compiler
+
+OUTSIDE = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "outside"
+
+
+def outside(name: str) -> KernelTarget:
+    (target,) = load_targets(OUTSIDE / f"{name}.cu").targets
+    return target
+
+
+def compiled(target: KernelTarget, candidate: Candidate) -> str:
+    """The candidate's kernel body, after checking it compiles without a warning and keeps the launch."""
+    assert candidate.launch is None and candidate.block == target.spec.launch.block  # type: ignore[union-attr]
+    result = compile_kernel(device_source(candidate.source), target.kernel.name, flags=candidate.flags)
+    assert result.ok and not result.diagnostics, [d.message for d in result.diagnostics]
+    return candidate.source.split(f"void {target.kernel.name}(")[1]
+
+
+@needs_compiler
+def test_a_grid_stride_half_loop_takes_eight_elements_a_step() -> None:
+    target = outside("gelu_fp16")
+    (candidate,) = vector_loop.propose(target)
+    body = compiled(target, candidate)
+    header = (
+        "int i0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < n; i0 += (blockDim.x * gridDim.x) * 8"
+    )
+    assert f"for ({header})" in body
+    assert "*reinterpret_cast<uint4*>(x_v) = *reinterpret_cast<const uint4*>(&x[i0]);" in body
+    assert "*reinterpret_cast<uint4*>(&y[i0]) = *reinterpret_cast<const uint4*>(y_v);" in body
+    assert "y_v[8];\n            *reinterpret_cast" not in body  # a store-only array is not loaded
+    assert "for (int i = i0; i < n && i < i0 + 8; ++i) {" in body  # the ends, as written
+
+
+@needs_compiler
+def test_a_block_stride_loop_over_a_row_through_pointer_locals() -> None:
+    target = outside("silu_mul_bf16")
+    (candidate,) = vector_loop.propose(target)
+    body = compiled(target, candidate)
+    assert "for (int i0 = threadIdx.x * 8; i0 < d; i0 += (blockDim.x) * 8)" in body
+    assert "(unsigned long long)(&out[(size_t)token * d + i0])) & 15) == 0" in body
+    assert "out_v[e] = __float2bfloat16(silu(g) * u);" in body
+
+
+@needs_compiler
+def test_a_loop_split_across_a_block_is_vectorised_loop_by_loop() -> None:
+    target = outside("rmsnorm_fp16")
+    assert vector_loop.propose(target) == []  # a thread's own row: the threads do not step past each other
+    block = next(c for c in warp_per_output.propose(target) if "one block per" in c.description)
+    split = load_targets(target.path, block.source).find(target.kernel.name)
+    assert split is not None
+    (candidate,) = vector_loop.propose(split)
+    body = compiled(split, candidate)
+    first, second = body.split("float scale")
+    assert "weight_v" not in first  # each loop loads only what it reads
+    assert "x_row_v" in first and "out_row_v" in second and "weight_v" in second
+
+
+STRIDED = "int c = threadIdx.x; c < cols; c += blockDim.x"
+
+
+def kernel(body: str, loop: str = STRIDED) -> KernelTarget:
+    """A row per block, its threads striding over the columns (or `loop` instead), running `body`."""
+    source = ROW_SPEC.format(out_shape='["rows", "cols"]') + (
+        "__global__ void k(const float* x, float* y, int rows, int cols)\n{\n"
+        f"    int r = blockIdx.x;\n    for ({loop}) {{\n        {body}\n    }}\n}}\n"
+    )
+    return _target(source, "k")
+
+
+@needs_compiler
+def test_a_conditional_store_keeps_the_elements_it_does_not_write() -> None:
+    target = kernel("if (x[r * cols + c] > 0) y[r * cols + c] = 1.0f;")
+    (candidate,) = vector_loop.propose(target)
+    body = compiled(target, candidate)
+    assert "*reinterpret_cast<uint4*>(y_v) = *reinterpret_cast<const uint4*>(&y[r * cols + c0]);" in body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "y[r * cols + c] = x[r * cols + 2 * c];",  # every other element
+        "y[r * cols + c] = x[c * rows + r];",  # down a column
+        "y[r * cols + c] = x[r * cols + c]; if (x[r * cols + c] < 0) break;",  # an early exit
+        "y[r * cols + c] = y[r * cols + c - 1] + x[r * cols + c];",  # reads another iteration's store
+    ],
+)
+def test_not_offered_where_the_elements_are_not_consecutive_and_independent(body: str) -> None:
+    assert vector_loop.propose(kernel(body)) == []
+
+
+def test_not_offered_for_a_thread_walking_its_own_row() -> None:
+    assert vector_loop.propose(kernel("y[r * cols + c] = x[r * cols + c];", "int c = 0; c < cols; ++c")) == []
+
+
+@pytest.mark.gpu
+def test_vector_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
+    from cuda_agent.agent.engine import Engine, EngineSettings
+
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        for target in (outside("gelu_fp16"), outside("silu_mul_bf16")):
+            baseline = engine.baseline(target)
+            assert baseline.usable, baseline.error
+            results = engine.evaluate(baseline, vector_loop.propose(target))
+            seen = [(r.candidate.description, r.status, r.reason) for r in results]
+            assert all(r.verified for r in results) and any(r.status == "faster" for r in results), seen
