@@ -117,6 +117,24 @@ def test_attention_scores_with_a_batch_axis_and_pointer_locals() -> None:
     assert "if (t2 > t) { out[t2] = -INFINITY; continue; }" in candidates[0].source
 
 
+LLM_SCORES = (OUTSIDE / "attention_scores.cu").read_text()
+
+
+@needs_compiler
+def test_a_flat_index_taken_apart_is_a_batch_of_contractions() -> None:
+    """llm.c's scores: idx over (b, h, t, t2), split with % and /, keys and queries through pointers."""
+    candidates = check(_target(LLM_SCORES, "attention_scores"), propose)
+    assert candidates[0].launch is not None
+    assert candidates[0].launch.grid == ("ceil_div(T, 128)", "ceil_div(T, 128)", "B * NH")
+    a, b = loads(candidates[0])
+    assert "{r} * (C * 3)".replace("{r}", "r") in a and "[c]" in a  # the query row r, along the head
+    assert "c * (C * 3)" in b and "+ C)[r]" in b  # the key row c
+    source = candidates[0].source
+    assert "const int idx = (blockIdx.z * T + out_row) * T + out_col;" in source
+    # past the tile's edge a flat index would wrap into the next row: bounded before it is used
+    assert "if (out_row < T && out_col < T && (!(idx >= total))) {" in source
+
+
 @pytest.mark.parametrize(
     "kernel",
     [
@@ -130,6 +148,8 @@ def test_attention_scores_with_a_batch_axis_and_pointer_locals() -> None:
         NAIVE.replace("acc += A[row * K + k] * B[k * N + col];", "acc = fmaxf(acc, A[row * K + k]);"),
         # a sum that does not start from zero
         NAIVE.replace("float acc = 0.0f;", "float acc = 1.0f;"),
+        # a query that moves with the flat index itself, not only with its row and batch pieces
+        LLM_SCORES.replace("query = inp + b * T * C3", "query = inp + idx % 7 + b * T * C3"),
         # a store before the loop to what the loop reads
         SYRK.replace("C[i * N + j] *= beta;", "C[i * N + j] *= beta; ((float*)A)[i] = 0;"),
     ],
@@ -148,6 +168,7 @@ def test_contractions_verify_and_beat_the_originals_on_the_gpu() -> None:
         _target(SYRK, "syrk"),
         _target(ATTENTION, "scores"),
         _target(TRANSPOSED, "matmul"),
+        _target(LLM_SCORES, "attention_scores"),
     ]
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in targets:

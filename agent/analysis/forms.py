@@ -135,6 +135,25 @@ class Atoms:
         return base in self.roots(form)
 
 
+def exact_quotient(numerator: Form, denominator: Form) -> Form | None:
+    """`numerator / denominator` when the denominator is one term that divides every term exactly
+    (`B*NH*T*T / (T*T)` is `B*NH`); None otherwise."""
+    if len(denominator.terms) != 1:
+        return None
+    ((factors, scale),) = denominator.terms.items()
+    result: dict[Monomial, int] = {}
+    for monomial, coefficient in numerator.terms.items():
+        rest = list(monomial)
+        for factor in factors:
+            if factor not in rest:
+                return None
+            rest.remove(factor)
+        if coefficient % scale:
+            return None
+        result[tuple(rest)] = coefficient // scale
+    return Form(result)
+
+
 def quotient(numerator: Form, denominator: Form, atoms: Atoms) -> Form:
     """`numerator / denominator` (integer division): exact when every term divides, else an atom."""
     d = denominator.value()

@@ -25,16 +25,62 @@ def spelled(form: Form, names: dict[str, str]) -> str:
 
 def bound_terms(tree: KernelTree, bound: Form) -> tuple[str, str]:
     """(the bound in the kernel's parameters, the same in the spec's sizes); compound ones parenthesised
-    where they would be a factor (`(n - 2)`), plain ones bare (`rows`)."""
+    where they would be a factor (`(n - 2)`), plain ones bare (`rows`). A quotient or remainder of
+    parameters (`hs = C / NH`) is written out as one."""
     parameters = {p.name for p in tree.target.kernel.parameters if not p.is_pointer}
     spec_names: dict[str, str] = {}
-    for atom in bound.atoms():
+    kernel_names: dict[str, str] = {}
+
+    def in_spec(atom: str) -> str:
         value = size_expression(tree, atom) if atom in parameters else None
         if value is None:
             raise NotInSizes(f"the bound {bound.text()} is not in the spec's sizes")
         inner = value[1:-1] if value.startswith("(") and value.endswith(")") else value
-        spec_names[atom] = inner if inner.replace("_", "").isalnum() else value
-    return spelled(bound, {}), spelled(bound, spec_names)
+        return inner if inner.replace("_", "").isalnum() else value
+
+    for atom in bound.atoms():
+        split = _division(atom)
+        if split is None:
+            spec_names[atom] = in_spec(atom)
+            continue
+        numerator, operator, denominator = split
+        words = {w for part in (numerator, denominator) for w in _names(part)}
+        if not words <= parameters:
+            raise NotInSizes(f"the bound {bound.text()} is not in the spec's sizes")
+        kernel_names[atom] = f"({numerator} {operator} {denominator})"
+        spec_parts = [_renamed(part, {w: in_spec(w) for w in words}) for part in (numerator, denominator)]
+        spec_names[atom] = f"({spec_parts[0]} {'//' if operator == '/' else '%'} {spec_parts[1]})"
+    return spelled(bound, kernel_names), spelled(bound, spec_names)
+
+
+def _division(atom: str) -> tuple[str, str, str] | None:
+    """`⟨(C) / (NH)⟩` -> ("(C)", "/", "(NH)"): an opaque quotient or remainder of two forms' texts."""
+    if not (atom.startswith("⟨(") and atom.endswith(")⟩")):
+        return None
+    inner = atom[1:-1]
+    for operator in ("/", "%"):
+        parts = inner.split(f") {operator} (")
+        if len(parts) == 2 and "⟨" not in inner:
+            return f"{parts[0]})", operator, f"({parts[1]}"
+    return None
+
+
+def _names(text: str) -> set[str]:
+    words = "".join(c if c.isalnum() or c == "_" else " " for c in text).split()
+    return {w for w in words if not w[0].isdigit()}
+
+
+def _renamed(text: str, names: dict[str, str]) -> str:
+    out, word = [], ""
+    for char in text + " ":
+        if char.isalnum() or char == "_":
+            word += char
+            continue
+        if word:
+            out.append(names.get(word, word))
+            word = ""
+        out.append(char)
+    return "".join(out[:-1])
 
 
 def as_factor(expression: str) -> str:

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
 from cuda_agent.agent.analysis.facts import SUM, Access, Loop
-from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Form
-from cuda_agent.agent.analysis.values import text, unwrap
+from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form, exact_quotient
+from cuda_agent.agent.analysis.values import Values, file_definitions, text, unwrap
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
+from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     build_candidate,
@@ -71,6 +71,8 @@ class _Match:
     inside: str  # the statements under the bounds check, with the sum in `accumulator`
     condition: str  # the bounds check, true for an output that is written
     batch: bool  # blockIdx.z is a batch index, kept
+    batch_spec: str | None = None  # the batch's extent, for a flat index taken apart (else the launch's z)
+    flat: str | None = None  # `const int idx = ...;` from the output's {row} and {col}, for a flat index
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -89,7 +91,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         tile_m, tile_n = 64 * quads_m, 64 * quads_n
         grid = [f"ceil_div({match.cols_spec}, {tile_n})", f"ceil_div({match.rows_spec}, {tile_m})"]
         if match.batch:
-            grid.append(target.spec.launch.grid[2])
+            grid.append(match.batch_spec or target.spec.launch.grid[2])
         candidate = build_candidate(
             tree,
             body=_body(tree, match, quads_m, quads_n),
@@ -131,10 +133,17 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
     guard = facts.guard
     if guard is None or facts.uses_shared or facts.barriers or facts.atomics or facts.thread_uses:
         raise _Unsupported("no bounds check, or shared memory, barriers, atomics, builtins in the body")
-    row, col, batch = _owners(facts)
-    rows, cols = guard.bound_of(row), guard.bound_of(col)
-    if rows is None or cols is None:
-        raise _Unsupported("the row or the col is not bounded")
+    flat = _flat(tree, facts)
+    if flat is None:
+        row, col, batch = _owners(facts)
+        row_bound, col_bound = guard.bound_of(row), guard.bound_of(col)
+        if row_bound is None or col_bound is None:
+            raise _Unsupported("the row or the col is not bounded")
+        rows, cols, extent = row_bound.bound, col_bound.bound, None
+        index_at: tuple[str, str] = ("", "")
+    else:
+        row, col, rows, cols, extent, index, index_at, along_row, along_col, pieces = flat
+        batch = extent is not None
     loops = [loop for loop in facts.loops if loop.depth == 0]
     if len(loops) != 1 or len(facts.loops) != 1:
         raise _Unsupported("not exactly one loop")
@@ -154,25 +163,108 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
         (col_factors if col in names else row_factors).append(factor)
     if not col_factors or not any(row in expand.names(f) for f in row_factors):
         raise _Unsupported("not a product of a row factor and a col factor")
+    if flat:
+        # Each factor may see the flat index only through pieces that are the same along its side.
+        seen = _Expander(tree, facts, {row, col, index} | pieces)
+        for side, own, allowed in ((row_factors, row, along_row), (col_factors, col, along_col)):
+            for factor in side:
+                if seen.names(factor) & ({index, row, col} | pieces) - ({own} | allowed):
+                    raise _Unsupported("a factor depends on the other side of the flat index")
     k = loop.variable
-    a_at = " * ".join(f"({expand.text(f, {row: '{r}', k: '{c}'})})" for f in row_factors)
-    b_at = " * ".join(f"({expand.text(f, {k: '{r}', col: '{c}'})})" for f in col_factors)
+    row_names = {row: "{r}", k: "{c}"} | ({index: index_at[0]} if flat else {})
+    col_names = {k: "{r}", col: "{c}"} | ({index: index_at[1]} if flat else {})
+    a_at = " * ".join(f"({expand.text(f, row_names)})" for f in row_factors)
+    b_at = " * ".join(f"({expand.text(f, col_names)})" for f in col_factors)
     loads = [a for a in facts.accesses_in(loop) if not a.write]
     a_k_fast = _fast_along_k(loads, row_factors, "threadIdx.y", k, default=True)
     b_k_fast = _fast_along_k(loads, col_factors, "threadIdx.x", k, default=False)
     before, inside, accumulator = _epilogue(tree, facts, loop, target, in_memory)
     condition = _condition(tree, guard.statement, guard.early_return)
     try:
-        rows_text, rows_spec = bound_terms(tree, rows.bound)
-        cols_text, cols_spec = bound_terms(tree, cols.bound)
+        rows_text, rows_spec = bound_terms(tree, rows)
+        cols_text, cols_spec = bound_terms(tree, cols)
         depth_text, _ = bound_terms(tree, loop.bound)
+        batch_spec = bound_terms(tree, extent)[1] if extent is not None else None
     except NotInSizes as exc:
         raise _Unsupported(str(exc)) from exc
     rows_text, cols_text, depth_text = as_factor(rows_text), as_factor(cols_text), as_factor(depth_text)
+    declared = None
+    if flat:
+        z = "blockIdx.z * " + rows_text + " + " if extent is not None else ""
+        declared = f"const int {index} = ({z}{{row}}) * {cols_text} + {{col}};"
     return _Match(
         row, col, k, rows_text, cols_text, depth_text, rows_spec, cols_spec, a_at, b_at, a_k_fast,
-        b_k_fast, accumulator, before, inside, condition, batch,
+        b_k_fast, accumulator, before, inside, condition, batch, batch_spec, declared,
     )  # fmt: skip
+
+
+def _flat(
+    tree: KernelTree, facts: KernelFacts
+) -> tuple[str, str, Form, Form, Form | None, str, tuple[str, str]] | None:
+    """A flat thread index taken apart as (col, row[, batch]): `t2 = idx % T; t = (idx / T) % T` (the
+    rest of `idx` a batch) or `t = idx / T`. Returns (row, col, row extent, col extent, batch extent,
+    the index, the index at a row factor's {r} and at a col factor's {c})."""
+    guard = facts.guard
+    launch = tree.target.spec.launch if tree.target.spec else None
+    flat = [i for i in facts.indices if i.axis == "x"]
+    if guard is None or launch is None or len(launch.block) != 1 or len(flat) != 1:
+        return None
+    index = flat[0].name
+    bound = guard.bound_of(index)
+    if bound is None:
+        return None
+    values = Values(Atoms(), file_definitions(_root(tree)), frozenset())
+    splits: list[tuple[str, str, Form, Form | None]] = []  # (name, kind, divisor, modulus)
+    for name, value in declared_values(tree.body).items():
+        node = unwrap(value)
+        op = node.child_by_field_name("operator") if node.type == "binary_expression" else None
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if op is None or left is None or right is None:
+            continue
+        left = unwrap(left)
+        if op.type == "%" and text(left) == index:
+            splits.append((name, "col", Form.constant(1), values.form(right)))
+        elif op.type == "%" and left.type == "binary_expression" and _divides(left, index):
+            divisor = left.child_by_field_name("right")
+            assert divisor is not None
+            splits.append((name, "row", values.form(divisor), values.form(right)))
+        elif op.type == "/" and text(left) == index:
+            splits.append((name, "row", values.form(right), None))
+    cols_found = [(n, m) for n, kind, _, m in splits if kind == "col"]
+    if len(cols_found) != 1 or cols_found[0][1] is None:
+        return None
+    col, cols = cols_found[0]
+    assert cols is not None
+    rows_found = [(n, m) for n, kind, d, m in splits if kind == "row" and d == cols]
+    if len(rows_found) != 1:
+        return None
+    row, rows = rows_found[0]
+    if rows is None:  # t = idx / T: the rows are what is left
+        rows = exact_quotient(bound.bound, cols)
+        extent = None
+    else:
+        extent = exact_quotient(bound.bound, rows * cols)
+    if rows is None or (extent is None and exact_quotient(bound.bound, rows * cols) != Form.constant(1)):
+        return None
+    row_text, col_text = as_factor(spelled(rows, {})), as_factor(spelled(cols, {}))
+    z = f"blockIdx.z * {row_text} + " if extent is not None else ""
+    at = (f"(({z}{{r}}) * {col_text})", f"(({z}0) * {col_text} + {{c}})" if z else "({c})")
+    pieces = [(n, d) for n, _, d, _ in splits if n not in (row, col)]
+    along_row = frozenset(n for n, d in pieces if exact_quotient(d, cols) is not None)
+    along_col = frozenset(n for n, d in pieces if exact_quotient(d, rows * cols) is not None)
+    return row, col, rows, cols, extent, index, at, along_row, along_col, frozenset(n for n, _ in pieces)
+
+
+def _divides(node: Node, index: str) -> bool:
+    op, left = node.child_by_field_name("operator"), node.child_by_field_name("left")
+    return op is not None and op.type == "/" and left is not None and text(unwrap(left)) == index
+
+
+def _root(tree: KernelTree) -> Node:
+    root = tree.definition
+    while root.parent is not None:
+        root = root.parent
+    return root
 
 
 def _owners(facts: KernelFacts) -> tuple[str, str, bool]:
@@ -466,6 +558,13 @@ def _body(tree: KernelTree, match: _Match, quads_m: int, quads_n: int) -> str:
     before = "\n".join(pad + line.strip() for line in match.before.splitlines())
     inside = "\n".join(pad + "    " + line.strip() for line in match.inside.splitlines())
     row, col, acc = match.row, match.col, match.accumulator
+    condition = match.condition
+    if match.flat:  # the user's statements take the index apart again: the output's place goes by index
+        fresh = local_names(tree, "out_row", "out_col")
+        row, col = fresh["out_row"], fresh["out_col"]
+        before = pad + match.flat.format(row=row, col=col) + ("\n" + before if before else "")
+        # past the tile's edge the flat index would name another batch's element: bound it first
+        condition = f"{row} < {match.rows} && {col} < {match.cols} && ({condition})"
     return f"""{{
     // A tiled contraction over {match.k}: each block of {THREADS} threads computes a {bm} x {bn} tile of the
     // outputs, each thread {4 * quads_m} x {4 * quads_n} of them in registers. The row and col factors pass
@@ -532,7 +631,7 @@ def _body(tree: KernelTree, match: _Match, quads_m: int, quads_n: int) -> str:
         for (int {n["j"]} = 0; {n["j"]} < 4 * {quads_n}; ++{n["j"]}) {{
             const int {col} = {n["col0"]} + ({n["j"]} / 4) * 64 + {n["tx"]} * 4 + {n["j"]} % 4;
 {before}
-                if ({match.condition}) {{
+                if ({condition}) {{
                     float {acc} = {n["accum"]}[{i}][{n["j"]}];
 {inside}
                 }}
