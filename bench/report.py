@@ -41,6 +41,7 @@ class KernelResult:
     torch_note: str = ""
     error: str = ""  # why the kernel could not be benchmarked
     suite: str = "classic"  # bench/suite.py's suite; runs written before there were two are all classic
+    analysis: str = ""  # what agent/analysis/ found in the original (thread mapping, loops, coalescing)
 
     @property
     def final_ms(self) -> float | None:
@@ -230,11 +231,13 @@ def to_markdown(run: BenchRun) -> str:
     for label, summary in run.summaries():
         lines += ["", f"**{_section_title(label, summary)}**", ""]
         lines += [f"- {line}" for line in summary_lines(summary, run.budget_s)]
-    details = [r for r in run.results if r.explanation or r.torch_note or r.error]
+    details = [r for r in run.results if r.explanation or r.torch_note or r.error or r.analysis]
     if details:
         lines += ["", "## Per kernel", ""]
         for r in details:
             lines.append(f"- **{r.kernel}** ({r.file}, {r.problem}): {r.error or r.explanation}")
+            if r.analysis:
+                lines.append(f"  - analysis: {r.analysis}")
             if r.torch_note:
                 lines.append(f"  - torch: {r.torch_note}")
     lines += [f"- {note}" for note in run.notes]

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cuda_agent.agent.analysis import analysed
 from cuda_agent.agent.engine import Engine, Progress
 from cuda_agent.agent.optimize import PROPOSERS, OptimizeOutcome, optimize
 from cuda_agent.agent.targets import KernelTarget
@@ -61,6 +62,7 @@ def kernel_result(
         "candidates": len(outcome.results),
         "verified": sum(r.verified for r in outcome.results),
         "explanation": outcome.explanation,
+        "analysis": analysis_of(target),
     }
     if isinstance(torch, WorkerError):
         common.update(torch_note=f"not timed: {torch.message}")
@@ -91,6 +93,12 @@ def kernel_result(
         best_description=best.candidate.description,
         **common,  # type: ignore[arg-type]
     )
+
+
+def analysis_of(target: KernelTarget) -> str:
+    """One line of what the analysis read in the original kernel, for the report ("" where it cannot)."""
+    found = analysed(target)
+    return found[1].describe() if found is not None else ""
 
 
 def run_bench(

@@ -222,7 +222,18 @@ def test_coalescing_model_and_gathers() -> None:
     assert gather.stride(LANE) is None  # which row depends on a load: not affine across threads
     assert gather.stride("c") == Form.constant(1)
     assert column.lane_stride == 1 and column.stride("c") == Form.atom("rows")
-    assert "uncoalesced" in facts.describe() and "thread per r" in facts.describe()
+    assert "at unrelated places" in facts.describe() and "a thread per r" in facts.describe()
+
+
+def test_the_description_is_in_the_kernels_own_spelling() -> None:
+    facts = facts_of(
+        "int r = blockIdx.x * blockDim.x + threadIdx.x; if (r >= rows) return;\n"
+        "const float* row = x + (size_t)r * cols; float m = row[0];\n"
+        "for (int c = 1; c < cols; ++c) m = fmaxf(m, row[c]); y[r] = m;"
+    )
+    assert facts.describe() == (
+        "a thread per r; loop c to cols: max into m; row[0]: neighbouring threads cols elements apart"
+    )
 
 
 def test_a_deep_expression_does_not_take_the_analysis_down() -> None:

@@ -135,20 +135,48 @@ class KernelFacts:
         )
 
     def describe(self) -> str:
-        """One line a person can check: the thread mapping, the loops and reductions, the coalescing."""
+        """One line a person can check, in the kernel's own spelling: the thread mapping, the loops and
+        their reductions, and the worst-coalesced access."""
         parts = []
-        if self.indices:
-            parts.append("thread per " + ", ".join(i.name for i in self.indices))
+        mapped = [i.name for i in self.indices if i.axis] or [i.name for i in self.indices[:1]]
+        if mapped:
+            parts.append(
+                "a thread per " + (mapped[0] if len(mapped) == 1 else f"({', '.join(reversed(mapped))})")
+            )
         for loop in self.loops:
-            trip = loop.trip
-            kind = ", ".join(f"{r.combine} of {'/'.join(r.accumulators)}" for r in loop.reductions)
+            kind = ", ".join(f"{r.combine} into {'/'.join(r.accumulators)}" for r in loop.reductions)
             if not kind:
-                kind = "independent" if loop.independent else "dependent"
-            parts.append(f"loop {loop.variable} ({trip.text() if trip else '?'} trips, {kind})")
+                kind = "independent" if loop.independent else "iterations depend on each other"
+            parts.append(f"loop {loop.variable} {_extent(loop)}: {kind}")
+        worst = None
         for access in self.accesses:
             stride = access.stride(LANE)
-            if stride is None or stride.value() not in (0, 1):
-                spelled = stride.text() if stride is not None else "not affine"
-                parts.append(f"{access.array}[{access.offset.text()}] lane stride {spelled} (uncoalesced)")
-                break
+            if stride is not None and stride.value() in (0, 1):
+                continue
+            if worst is None or (stride is not None and worst[1] is None):
+                worst = (access, stride)
+        if worst is not None:
+            access, stride = worst
+            apart = "at unrelated places" if stride is None else f"{_spelled(stride)} elements apart"
+            parts.append(f"{_written(access.node)}: neighbouring threads {apart}")
         return "; ".join(parts)
+
+
+def _extent(loop: Loop) -> str:
+    condition = loop.node.child_by_field_name("condition")
+    update = loop.node.child_by_field_name("update")
+    bound = condition.child_by_field_name("right") if condition is not None else None
+    limit = _written(bound) if bound is not None else "?"
+    step = update.child_by_field_name("right") if update is not None else None
+    if loop.step.value() == 1 or step is None:
+        return f"to {limit}"
+    return f"to {limit} by {_written(step)}"
+
+
+def _written(node: Node) -> str:
+    return " ".join((node.text or b"").decode("utf-8").split())
+
+
+def _spelled(form: Form) -> str:
+    written = form.text()
+    return "a loaded or divided amount" if "⟨" in written else written
