@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Progress
-from cuda_agent.agent.proposers.rewrites import vector_loop, warp_per_output
+from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output
 from cuda_agent.agent.targets import KernelTarget, load_targets, with_block
 
 Proposer = Callable[[KernelTarget], list[Candidate]]
@@ -28,10 +28,12 @@ Evaluate = Callable[[Sequence[Candidate], Callable[[CandidateResult], None]], li
 
 LAUNCH_CONFIG = "launch-config"
 # Proposers worth trying on top of a candidate whose lineage includes the key, helped or not.
-# A loop split across lanes steps past the other lanes: its loads are then worth vectorising.
+# A loop split across lanes steps past the other lanes: its loads are then worth vectorising. A sum
+# moved from memory into a register is a reduction the other rewrites can take on.
 FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     LAUNCH_CONFIG: ("launch-bounds",),
     warp_per_output.PROPOSER: (vector_loop.PROPOSER,),
+    promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER),
 }
 
 

@@ -117,6 +117,15 @@ def test_attention_scores_with_a_batch_axis_and_pointer_locals() -> None:
     assert "if (t2 > t) { out[t2] = -INFINITY; continue; }" in candidates[0].source
 
 
+@needs_compiler
+def test_a_sum_that_starts_elsewhere_gets_the_tiles_sum_added_where_the_loop_was() -> None:
+    candidate = check(
+        _target(NAIVE.replace("float acc = 0.0f;", "float acc = C[row * N + col];"), "matmul"), propose
+    )[0]
+    epilogue = candidate.source.split("float sum = accum[i][j];")[1]
+    assert epilogue.index("float acc = C[row * N + col];") < epilogue.index("acc += sum;")
+
+
 LLM_SCORES = (OUTSIDE / "attention_scores.cu").read_text()
 
 
@@ -146,8 +155,6 @@ def test_a_flat_index_taken_apart_is_a_batch_of_contractions() -> None:
         NAIVE.replace("A[row * K + k] * B[k * N + col]", "A[row * K + k] * B[k * N + col] * A[col + row]"),
         # a max, not a sum
         NAIVE.replace("acc += A[row * K + k] * B[k * N + col];", "acc = fmaxf(acc, A[row * K + k]);"),
-        # a sum that does not start from zero
-        NAIVE.replace("float acc = 0.0f;", "float acc = 1.0f;"),
         # a query that moves with the flat index itself, not only with its row and batch pieces
         LLM_SCORES.replace("query = inp + b * T * C3", "query = inp + idx % 7 + b * T * C3"),
         # a store before the loop to what the loop reads

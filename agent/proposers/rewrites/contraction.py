@@ -437,19 +437,19 @@ def _epilogue(
         assert consequence is not None
         inner = [s for s in consequence.named_children if s.type != "comment"]
     names = local_names(tree, "sum")
-    accumulator = names["sum"] if in_memory else text(target)
+    # A sum that starts from zero is the finished sum itself; one that starts elsewhere (memory, or a
+    # local loaded from it) gets the finished sum added where the loop was.
+    from_zero = not in_memory and _starts_from_zero(inner, loop, text(target))
+    accumulator = text(target) if from_zero else names["sum"]
     lines = []
     seen_loop = False
     for statement in inner:
         if statement == loop.node:
             seen_loop = True
-            if in_memory:
+            if not from_zero:
                 lines.append(f"{tree.text(target)} += {accumulator};")
             continue
-        if not seen_loop and not in_memory and _declares(statement, accumulator):
-            value = _declared_value(statement, accumulator)
-            if value is None or tree.text(value).strip() not in _IDENTITY:
-                raise _Unsupported("the sum does not start from zero")
+        if not seen_loop and from_zero and _declares(statement, accumulator):
             continue
         written = _per_output(tree, statement)
         if not seen_loop and any(
@@ -462,6 +462,19 @@ def _epilogue(
     if not seen_loop:
         raise _Unsupported("the loop is not under the bounds check")
     return "\n".join(before), "\n".join(lines), accumulator
+
+
+def _starts_from_zero(inner: list[Node], loop: Loop, name: str) -> bool:
+    """Whether the local is declared as 0 before the loop and not set again before it."""
+    position = next((n for n, s in enumerate(inner) if s == loop.node), None)
+    declared = [s for s in inner[: position or 0] if _declares(s, name)]
+    if len(declared) != 1:
+        raise _Unsupported("the sum's local is not declared before the loop")
+    value = _declared_value(declared[0], name)
+    later = inner[inner.index(declared[0]) + 1 : position]
+    if any(name in assigned_names(s) for s in later):
+        return False
+    return value is not None and text(value).strip() in _IDENTITY
 
 
 def _per_output(tree: KernelTree, statement: Node) -> str:

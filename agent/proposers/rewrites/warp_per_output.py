@@ -254,7 +254,10 @@ def _check_memory(facts: KernelFacts, distributed: list[Loop]) -> None:
             continue
         mine = holder(access)
         if mine is None:
-            raise _Unsupported(f"{access.array} is stored and read outside a split loop")
+            # Lane 0 stores and reads it in program order, if the read is in a store it does alone.
+            if any(holder(s) is not None for s in stores) or not _in_a_store(facts, access):
+                raise _Unsupported(f"{access.array} is stored and read outside a split loop")
+            continue
         here = access.offset.substitute(mine.variable, Form.atom("k"))
         same_lane = any(
             (theirs := holder(s)) is not None
@@ -264,6 +267,17 @@ def _check_memory(facts: KernelFacts, distributed: list[Loop]) -> None:
         )
         if not same_lane:
             raise _Unsupported(f"{access.array} is read where another lane may have stored it")
+
+
+def _in_a_store(facts: KernelFacts, access: Access) -> bool:
+    """Whether the access is in an expression statement that stores outside the loops (lane 0's)."""
+    statement = access.node
+    while statement.parent is not None and statement.type != "expression_statement":
+        statement = statement.parent
+    return statement.type == "expression_statement" and any(
+        a.write and not a.loops and statement.start_byte <= a.node.start_byte < statement.end_byte
+        for a in facts.accesses
+    )
 
 
 def _owner_edits(

@@ -1,0 +1,96 @@
+"""Scalar replacement on CPU: an element a loop sums into, whose place does not move with the loop, is
+loaded once, summed in a register and stored once, starting from the number stored just before the
+loop; after it the loop is a reduction the warp and contraction rewrites take. Not offered where the
+place moves or is computed inside the loop, or the loop may be left early. The gpu-marked test checks
+the results on the H200."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.proposers.rewrites import contraction, promote, warp_per_output
+from cuda_agent.agent.targets import KernelTarget, load_targets
+from cuda_agent.sandbox.compile import compile_kernel
+
+from tests.test_rewrite_warp_per_output import GEMV, _target, body_of, needs_compiler
+
+OUTSIDE = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "outside"
+
+
+def outside(name: str) -> KernelTarget:
+    (target,) = load_targets(OUTSIDE / f"{name}.cu").targets
+    return target
+
+
+def then(target: KernelTarget, candidate: Candidate) -> KernelTarget:
+    found = load_targets(target.path, candidate.source).find(target.kernel.name)
+    assert found is not None and found.spec is not None
+    return found
+
+
+@needs_compiler
+def test_gesummvs_two_sums_in_memory_become_registers_and_then_a_warp_a_row() -> None:
+    target = outside("gesummv")
+    (candidate,) = promote.propose(target)
+    body = body_of(candidate, "gesummv")
+    assert "float tmp_sum = 0.0f;" in body and "float y_sum = 0.0f;" in body  # from `tmp[i] = 0.0f;`
+    assert "tmp_sum += A[i * n + j] * x[j];" in body and "tmp[i] = tmp_sum;" in body
+    assert any("not also reached through another pointer" in a for a in candidate.assumptions)
+    assert compile_kernel(device_source(candidate.source), "gesummv").ok
+    warp = warp_per_output.propose(then(target, candidate))[0]
+    split = body_of(warp, "gesummv")
+    assert "for (int j = lane; j < n; j += 32) {" in split
+    assert "if (lane == 0) y[i] = ALPHA * tmp[i] + BETA * y[i];" in split  # lane 0 reads its own stores
+    assert compile_kernel(device_source(warp.source), "gesummv").ok
+
+
+@needs_compiler
+def test_syrk_keeps_its_scaled_element_and_is_then_a_contraction() -> None:
+    target = outside("syrk")
+    (candidate,) = promote.propose(target)
+    body = body_of(candidate, "syrk")
+    assert "float C_sum = C[i * N + j];" in body  # scaled by beta just before: loaded, not a number
+    assert "C[i * N + j] = C_sum;" in body
+    assert contraction.propose(then(target, candidate))
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        # the element moves with the loop
+        GEMV + """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) { for (int j = 0; j < N; ++j) y[j] += A[i * N + j] * x[j]; }
+}""",
+        # its place is computed in the loop
+        GEMV + """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) { for (int j = 0; j < N; ++j) { int at = i; y[at] += A[i * N + j] * x[j]; } }
+}""",
+        # the loop may be left before its end
+        GEMV + """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) { for (int j = 0; j < N; ++j) { y[i] += A[i * N + j] * x[j]; if (y[i] > 1) return; } }
+}""",
+    ],
+)  # fmt: skip
+def test_not_offered_where_the_element_moves_or_the_loop_can_end_early(kernel: str) -> None:
+    assert promote.propose(_target(kernel, "gemv")) == []
+
+
+@pytest.mark.gpu
+def test_promoted_and_split_gesummv_verifies_and_is_faster_on_the_gpu() -> None:
+    from cuda_agent.agent.engine import Engine, EngineSettings
+
+    target = outside("gesummv")
+    (promoted,) = promote.propose(target)
+    split = warp_per_output.propose(then(target, promoted))[0]
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        baseline = engine.baseline(target)
+        assert baseline.usable, baseline.error
+        results = engine.evaluate(baseline, [promoted, split])
+    seen = [(r.candidate.description, r.status, r.reason) for r in results]
+    assert all(r.verified for r in results) and results[1].status == "faster", seen
