@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Progress
-from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output
+from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output, y_split
 from cuda_agent.agent.targets import KernelTarget, load_targets, with_block
 
 Proposer = Callable[[KernelTarget], list[Candidate]]
@@ -33,7 +33,7 @@ LAUNCH_CONFIG = "launch-config"
 FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     LAUNCH_CONFIG: ("launch-bounds",),
     warp_per_output.PROPOSER: (vector_loop.PROPOSER,),
-    promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER),
+    promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER, y_split.PROPOSER),
 }
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output
+from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output, y_split
 from cuda_agent.agent.targets import KernelTarget
 
 REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     contraction.PROPOSER: contraction.propose,
     warp_per_output.PROPOSER: warp_per_output.propose,
+    y_split.PROPOSER: y_split.propose,
     vector_loop.PROPOSER: vector_loop.propose,
     promote.PROPOSER: promote.propose,
 }

@@ -21,15 +21,10 @@ from dataclasses import dataclass
 from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.facts import (
     AND,
-    ARGMAX,
-    ARGMIN,
-    IDEMPOTENT,
-    LOGSUMEXP,
     MAX,
     MIN,
     OR,
     PRODUCT,
-    REASSOCIATED,
     SUM,
     XOR,
     Access,
@@ -40,6 +35,7 @@ from cuda_agent.agent.analysis.forms import LANE, THREAD_ATOMS, Form
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
+from cuda_agent.agent.proposers.rewrites._combine import Unsupported, check_initial, declared_type, merge
 from cuda_agent.agent.proposers.tree import (
     FULL_MASK,
     Edit,
@@ -60,23 +56,6 @@ PROPOSER = "rewrite:warp-per-output"
 # block per output, for rows so long (a vocabulary) that a warp each would leave the GPU half idle.
 BLOCK = 0
 SHAPES = ((32, 256), (32, 128), (8, 256), (BLOCK, 256), (BLOCK, 1024))
-_IDENTITY = {
-    SUM: ("0", "0.0", "0.0f", "0.f", "0.0F", "0u", "0.", "0L", "0ll"),
-    XOR: ("0", "0u"),
-    OR: ("0", "0u"),
-}
-_IDENTITY |= {PRODUCT: ("1", "1.0", "1.0f", "1.f", "1.0F", "1u", "1.")}
-_INTEGRAL = (
-    "int",
-    "unsigned",
-    "unsigned int",
-    "long",
-    "long long",
-    "size_t",
-    "int64_t",
-    "uint32_t",
-    "int32_t",
-)
 
 
 class _Unsupported(Exception):
@@ -100,7 +79,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
     for width, block in SHAPES:
         try:
             body, owners, batch, distributed, assumptions = _rewrite(tree, facts, width)
-        except _Unsupported:
+        except (_Unsupported, Unsupported):
             return []
         owned = owners[0].spec if len(owners) == 1 else " * ".join(as_factor(o.spec) for o in owners)
         grid = [f"ceil_div({owned}, block.x // {width})" if width else owned]
@@ -159,7 +138,7 @@ def _rewrite(
     for loop in distributed:
         edits += _loop_edits(tree, loop, names, width)
         for reduction in loop.reductions:
-            _check_initial(tree, loop, reduction)
+            check_initial(tree, loop, reduction)
             combined, assumption = _combine(tree, loop, reduction, names, width)
             edits.append((loop.node.end_byte, loop.node.end_byte, combined))
             if assumption:
@@ -358,60 +337,6 @@ def _simple(node: Node) -> bool:
     )
 
 
-def _declared_type(tree: KernelTree, name: str) -> str | None:
-    for node in walk(tree.body):
-        if node.type != "declaration":
-            continue
-        for declarator in node.children_by_field_name("declarator"):
-            inner: Node | None = declarator
-            while inner is not None and inner.type != "identifier":
-                inner = inner.child_by_field_name("declarator")
-            if inner is not None and tree.text(inner) == name:
-                type_node = node.child_by_field_name("type")
-                return tree.text(type_node) if type_node is not None else None
-    return None
-
-
-def _check_initial(tree: KernelTree, loop: Loop, reduction: Reduction) -> None:
-    """A sum (product, xor) entering the loop must hold its identity: each lane adds its part to it, so
-    any other starting value would be counted 32 times. Max, min and their positions repeat harmlessly."""
-    if reduction.combine in IDEMPOTENT:
-        return
-    # the online softmax's sum must start at 0 (its maximum may start anywhere)
-    name = reduction.accumulators[1 if reduction.combine == LOGSUMEXP else 0]
-    combine = SUM if reduction.combine == LOGSUMEXP else reduction.combine
-    last: Node | None = None  # the last setting of the accumulator before the loop: its value there
-    for node in walk(tree.body):
-        if node.start_byte >= loop.node.start_byte:
-            break
-        if node.type == "init_declarator" and _declarator_name(tree, node) == name:
-            last = node.child_by_field_name("value")
-        elif node.type in ("assignment_expression", "update_expression"):
-            target = node.child_by_field_name("left" if node.type == "assignment_expression" else "argument")
-            if target is not None and tree.text(unwrap(target)) == name:
-                operator = node.child_by_field_name("operator")
-                plain = operator is not None and operator.type == "=" and node.type == "assignment_expression"
-                last = node.child_by_field_name("right") if plain else node
-    if last is None or last.type in ("assignment_expression", "update_expression"):
-        raise _Unsupported(f"{name} is updated before the loop")
-    if tree.text(last).strip() not in _IDENTITY[combine] or _inside_other_loop(tree, last):
-        raise _Unsupported(f"{name} does not start from its identity")
-
-
-def _declarator_name(tree: KernelTree, declarator: Node) -> str | None:
-    inner = declarator.child_by_field_name("declarator")
-    return tree.text(inner) if inner is not None and inner.type == "identifier" else None
-
-
-def _inside_other_loop(tree: KernelTree, node: Node) -> bool:
-    parent = node.parent
-    while parent is not None and parent != tree.body:
-        if parent.type in ("for_statement", "while_statement", "do_statement"):
-            return True
-        parent = parent.parent
-    return False
-
-
 def _combine(
     tree: KernelTree, loop: Loop, reduction: Reduction, names: dict[str, str], width: int
 ) -> tuple[str, str | None]:
@@ -421,8 +346,8 @@ def _combine(
     indent = line_indent(tree, loop.node)
     unit = tree.indent_unit()
     value = reduction.accumulators[0]
-    kind = _declared_type(tree, value) or "float"
-    others, merge, comment, assumption = _merge(tree, reduction, names, kind)
+    kind = declared_type(tree, value) or "float"
+    others, merging, comment, assumption = merge(tree, reduction, names, kind)
     lanes = min(width, 32) if width else 32
     step = names["offset"]
     head = f"for (int {step} = {lanes // 2}; {step} > 0; {step} >>= 1)"
@@ -430,11 +355,11 @@ def _combine(
     suffix = f", {width}" if width and width < 32 else ""
     shuffles = [f"{t} {o} = __shfl_xor_sync({mask}, {a}, {step}{suffix});" for o, t, a in others]
     lines = [f"// {comment}"] if comment else []
-    compact = _compact(reduction, merge, others)
+    compact = _compact(reduction, merging, others)
     if compact is not None:
         lines.append(f"{head} {compact.replace(others[0][0], shuffles[0].split(' = ', 1)[1][:-1])}")
     else:
-        lines += [f"{head} {{", *(unit + line for line in shuffles + merge), "}"]
+        lines += [f"{head} {{", *(unit + line for line in shuffles + merging), "}"]
     if not width:
         parts = [(f"{a}_{names['part']}", t, a, o) for o, t, a in others]
         warp, count = names["w"], "blockDim.x / 32"
@@ -449,66 +374,12 @@ def _combine(
             *(f"{unit}{a} = {p}[0];" for p, _, a, _ in parts),
             f"{unit}for (int {warp} = 1; {warp} < {count}; ++{warp}) {{",
             *(f"{unit}{unit}{t} {o} = {p}[{warp}];" for p, t, _, o in parts),
-            *(unit + unit + line for line in merge),
+            *(unit + unit + line for line in merging),
             f"{unit}}}",
             f"{unit}__syncthreads();  // the partials are read before they are written again",
             "}",
         ]
     return "".join(f"\n{indent}{line}" for line in lines), assumption
-
-
-def _merge(
-    tree: KernelTree, reduction: Reduction, names: dict[str, str], kind: str
-) -> tuple[list[tuple[str, str, str]], list[str], str, str | None]:
-    """(the other lane's values: (name, type, accumulator), statements merging them in, a comment, the
-    assumption the merge makes)."""
-    value = reduction.accumulators[0]
-    other = names["other"]
-    floating = kind not in _INTEGRAL
-    assumption = None
-    if reduction.combine in REASSOCIATED and floating:
-        assumption = f"the {reduction.combine} into {value} is reassociated across the lanes"
-        assumption += " (within the spec's tolerance)"
-    operators = {SUM: "+=", PRODUCT: "*=", OR: "|=", AND: "&=", XOR: "^="}
-    if reduction.combine in operators:
-        return [(other, kind, value)], [f"{value} {operators[reduction.combine]} {other};"], "", assumption
-    if reduction.combine in (MAX, MIN):
-        if reduction.combiner not in ("?:", "if", ">", "<"):
-            return [(other, kind, value)], [f"{value} = {reduction.combiner}({value}, {other});"], "", None
-        comparison = ">" if reduction.combine == MAX else "<"
-        return [(other, kind, value)], [f"if ({other} {comparison} {value}) {value} = {other};"], "", None
-    if reduction.combine in (ARGMAX, ARGMIN):
-        at = reduction.accumulators[1]
-        other_at = names["other_at"]
-        comparison = ">" if reduction.combine == ARGMAX else "<"
-        tie = "<" if reduction.first else ">"
-        order = "first" if reduction.first else "last"
-        unit = tree.indent_unit()
-        merge = [
-            f"if ({other} {comparison} {value} || ({other} == {value} && {other_at} {tie} {at})) {{",
-            f"{unit}{value} = {other};",
-            f"{unit}{at} = {other_at};",
-            "}",
-        ]
-        others = [(other, kind, value), (other_at, _declared_type(tree, at) or "int", at)]
-        return others, merge, f"the lanes' best, the {order} position on a tie, as the loop keeps it", None
-    if reduction.combine == LOGSUMEXP:
-        total, exp = reduction.accumulators[1], reduction.combiner
-        other_sum, joint = names["other_sum"], names["joint"]
-        unit = tree.indent_unit()
-        merge = [
-            f"{kind} {joint} = fmaxf({value}, {other});",
-            f"{total} = ({value} == {joint} ? {total} : {total} * {exp}({value} - {joint}))",
-            f"{unit}+ ({other} == {joint} ? {other_sum} : {other_sum} * {exp}({other} - {joint}));",
-            f"{value} = {joint};",
-        ]
-        return (
-            [(other, kind, value), (other_sum, kind, total)],
-            merge,
-            "the lanes' running maxima and sums: each sum rescaled to the joint maximum",
-            "the online softmax's sum is regrouped across the lanes (within the spec's tolerance)",
-        )
-    raise _Unsupported(f"no warp combine for {reduction.combine}")
 
 
 def _compact(reduction: Reduction, merge: list[str], others: list[tuple[str, str, str]]) -> str | None:

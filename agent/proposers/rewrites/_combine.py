@@ -1,0 +1,155 @@
+"""What the lane-splitting rewrites share: an accumulator's type and start, and how two partial results
+of a reduction merge into one (the code a shuffle loop or a shared-memory pass runs for each partner)."""
+
+from __future__ import annotations
+
+from cuda_agent.agent.analysis.facts import (
+    AND,
+    ARGMAX,
+    ARGMIN,
+    IDEMPOTENT,
+    LOGSUMEXP,
+    MAX,
+    MIN,
+    OR,
+    PRODUCT,
+    REASSOCIATED,
+    SUM,
+    XOR,
+    Loop,
+    Reduction,
+)
+from cuda_agent.agent.analysis.values import unwrap
+from cuda_agent.agent.proposers.tree import KernelTree, walk
+from tree_sitter import Node
+
+
+class Unsupported(Exception):
+    """The reduction cannot be split this way; the message says why (for debugging)."""
+
+
+IDENTITY = {
+    SUM: ("0", "0.0", "0.0f", "0.f", "0.0F", "0u", "0.", "0L", "0ll"),
+    XOR: ("0", "0u"),
+    OR: ("0", "0u"),
+}
+IDENTITY |= {PRODUCT: ("1", "1.0", "1.0f", "1.f", "1.0F", "1u", "1.")}
+INTEGRAL = (
+    "int",
+    "unsigned",
+    "unsigned int",
+    "long",
+    "long long",
+    "size_t",
+    "int64_t",
+    "uint32_t",
+    "int32_t",
+)
+
+
+def declared_type(tree: KernelTree, name: str) -> str | None:
+    for node in walk(tree.body):
+        if node.type != "declaration":
+            continue
+        for declarator in node.children_by_field_name("declarator"):
+            inner: Node | None = declarator
+            while inner is not None and inner.type != "identifier":
+                inner = inner.child_by_field_name("declarator")
+            if inner is not None and tree.text(inner) == name:
+                type_node = node.child_by_field_name("type")
+                return tree.text(type_node) if type_node is not None else None
+    return None
+
+
+def check_initial(tree: KernelTree, loop: Loop, reduction: Reduction) -> None:
+    """A sum (product, xor) entering the loop must hold its identity: each lane adds its part to it, so
+    any other starting value would be counted 32 times. Max, min and their positions repeat harmlessly."""
+    if reduction.combine in IDEMPOTENT:
+        return
+    # the online softmax's sum must start at 0 (its maximum may start anywhere)
+    name = reduction.accumulators[1 if reduction.combine == LOGSUMEXP else 0]
+    combine = SUM if reduction.combine == LOGSUMEXP else reduction.combine
+    last: Node | None = None  # the last setting of the accumulator before the loop: its value there
+    for node in walk(tree.body):
+        if node.start_byte >= loop.node.start_byte:
+            break
+        if node.type == "init_declarator" and _declarator_name(tree, node) == name:
+            last = node.child_by_field_name("value")
+        elif node.type in ("assignment_expression", "update_expression"):
+            target = node.child_by_field_name("left" if node.type == "assignment_expression" else "argument")
+            if target is not None and tree.text(unwrap(target)) == name:
+                operator = node.child_by_field_name("operator")
+                plain = operator is not None and operator.type == "=" and node.type == "assignment_expression"
+                last = node.child_by_field_name("right") if plain else node
+    if last is None or last.type in ("assignment_expression", "update_expression"):
+        raise Unsupported(f"{name} is updated before the loop")
+    if tree.text(last).strip() not in IDENTITY[combine] or _inside_other_loop(tree, last):
+        raise Unsupported(f"{name} does not start from its identity")
+
+
+def _declarator_name(tree: KernelTree, declarator: Node) -> str | None:
+    inner = declarator.child_by_field_name("declarator")
+    return tree.text(inner) if inner is not None and inner.type == "identifier" else None
+
+
+def _inside_other_loop(tree: KernelTree, node: Node) -> bool:
+    parent = node.parent
+    while parent is not None and parent != tree.body:
+        if parent.type in ("for_statement", "while_statement", "do_statement"):
+            return True
+        parent = parent.parent
+    return False
+
+
+def merge(
+    tree: KernelTree, reduction: Reduction, names: dict[str, str], kind: str
+) -> tuple[list[tuple[str, str, str]], list[str], str, str | None]:
+    """(the other lane's values: (name, type, accumulator), statements merging them in, a comment, the
+    assumption the merge makes)."""
+    value = reduction.accumulators[0]
+    other = names["other"]
+    floating = kind not in INTEGRAL
+    assumption = None
+    if reduction.combine in REASSOCIATED and floating:
+        assumption = f"the {reduction.combine} into {value} is reassociated across the lanes"
+        assumption += " (within the spec's tolerance)"
+    operators = {SUM: "+=", PRODUCT: "*=", OR: "|=", AND: "&=", XOR: "^="}
+    if reduction.combine in operators:
+        return [(other, kind, value)], [f"{value} {operators[reduction.combine]} {other};"], "", assumption
+    if reduction.combine in (MAX, MIN):
+        if reduction.combiner not in ("?:", "if", ">", "<"):
+            return [(other, kind, value)], [f"{value} = {reduction.combiner}({value}, {other});"], "", None
+        comparison = ">" if reduction.combine == MAX else "<"
+        return [(other, kind, value)], [f"if ({other} {comparison} {value}) {value} = {other};"], "", None
+    if reduction.combine in (ARGMAX, ARGMIN):
+        at = reduction.accumulators[1]
+        other_at = names["other_at"]
+        comparison = ">" if reduction.combine == ARGMAX else "<"
+        tie = "<" if reduction.first else ">"
+        order = "first" if reduction.first else "last"
+        unit = tree.indent_unit()
+        merge = [
+            f"if ({other} {comparison} {value} || ({other} == {value} && {other_at} {tie} {at})) {{",
+            f"{unit}{value} = {other};",
+            f"{unit}{at} = {other_at};",
+            "}",
+        ]
+        others = [(other, kind, value), (other_at, declared_type(tree, at) or "int", at)]
+        return others, merge, f"the lanes' best, the {order} position on a tie, as the loop keeps it", None
+    if reduction.combine == LOGSUMEXP:
+        total, exp = reduction.accumulators[1], reduction.combiner
+        other_sum, joint = names["other_sum"], names["joint"]
+        unit = tree.indent_unit()
+        merge = [
+            f"{kind} {joint} = fmaxf({value}, {other});",
+            f"{total} = ({value} == {joint} ? {total} : {total} * {exp}({value} - {joint}))",
+            f"{unit}+ ({other} == {joint} ? {other_sum} : {other_sum} * {exp}({other} - {joint}));",
+            f"{value} = {joint};",
+        ]
+        return (
+            [(other, kind, value), (other_sum, kind, total)],
+            merge,
+            "the lanes' running maxima and sums: each sum rescaled to the joint maximum",
+            "the online softmax's sum is regrouped across the lanes (within the spec's tolerance)",
+        )
+    raise Unsupported(f"no warp combine for {reduction.combine}")

@@ -1,0 +1,203 @@
+"""A thread per output walking a long loop that neighbouring threads already read together -> the loop
+split across threads along y, the partial results merged through shared memory.
+
+Driven by the analysis: one global index along x bounded by the check, one loop whose iterations are
+independent with reductions of a known combine, and every access in it either the same for all threads
+(a vector) or one element apart between neighbouring threads (a column walk: `A[row * n + col]`,
+`x[i * cols + j]`). Such a kernel is coalesced but has only as many threads as outputs, each with the
+whole loop to itself (y = Aᵀx over 4096 columns: 4096 threads). Here a block holds 32 outputs along x
+and 8 or 32 threads along y; each takes every 8th (32nd) iteration, and thread y = 0 merges the partial
+results in order and runs the statements after the loop. The bounds check becomes a flag, so every
+thread of a block reaches the barrier.
+"""
+
+from __future__ import annotations
+
+from cuda_agent.agent.analysis import KernelFacts, analysed, declared_values
+from cuda_agent.agent.analysis.facts import Loop
+from cuda_agent.agent.analysis.forms import LANE, THREAD_ATOMS, Form
+from cuda_agent.agent.analysis.values import text
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, bound_terms
+from cuda_agent.agent.proposers.rewrites._combine import Unsupported, check_initial, declared_type, merge
+from cuda_agent.agent.proposers.tree import KernelTree, build_candidate, local_names, walk
+from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.targets import KernelTarget
+
+PROPOSER = "rewrite:y-split"
+HEIGHTS = (8, 32)  # threads along y sharing each output's loop (blocks of 256 and 1024)
+
+
+def propose(target: KernelTarget) -> list[Candidate]:
+    found = analysed(target)
+    if found is None or target.spec is None:
+        return []
+    tree, facts = found
+    try:
+        outputs, loop = _recognise(tree, facts)
+        return [
+            build_candidate(
+                tree,
+                body=_body(tree, facts, loop, height),
+                launch=LaunchSpec(block=(32, height), grid=(f"ceil_div({outputs}, 32)", "1")),
+                description=f"32 outputs a block, the loop over {loop.variable} split across {height} "
+                "threads along y, partial results merged through shared memory",
+                proposer=PROPOSER,
+                assumptions=_assumptions(tree, loop),
+            )
+            for height in HEIGHTS
+        ]
+    except Unsupported:
+        return []
+
+
+def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
+    guard = facts.guard
+    launch = tree.target.spec.launch if tree.target.spec else None
+    if guard is None or launch is None or len(launch.block) != 1:
+        raise Unsupported("no bounds check, or not a 1-D launch")
+    if facts.uses_shared or facts.barriers or facts.atomics or facts.thread_uses:
+        raise Unsupported("shared memory, barriers, atomics or builtins in the body")
+    mapped = [
+        i for i in facts.indices if any(text(n).replace(" ", "") in THREAD_ATOMS for n in walk(i.declaration))
+    ]
+    if len(mapped) != 1 or mapped[0].axis != "x" or guard.bound_of(mapped[0].name) is None:
+        raise Unsupported("not one bounded global index along x")
+    loops = [loop for loop in facts.loops if loop.depth == 0]
+    if len(loops) != 1 or len(facts.loops) != 1:
+        raise Unsupported("not exactly one loop")
+    (loop,) = loops
+    if not loop.independent or not loop.reductions or loop.step.value() != 1:
+        raise Unsupported("not a reduction loop with independent unit steps")
+    inside = facts.accesses_in(loop)
+    if any(a.write for a in inside):
+        raise Unsupported("the loop stores")
+    for access in inside:
+        across = access.stride(LANE)
+        if across is None or across.value() not in (0, 1):
+            raise Unsupported(f"{access.array}: neighbouring threads do not read together")
+    if not any(a.stride(LANE) == Form.constant(1) for a in inside):
+        raise Unsupported("nothing the threads along x read together")
+    for reduction in loop.reductions:
+        check_initial(tree, loop, reduction)
+    bound = guard.bound_of(mapped[0].name)
+    assert bound is not None
+    try:
+        return bound_terms(tree, bound.bound)[1], loop
+    except NotInSizes as exc:
+        raise Unsupported(str(exc)) from exc
+
+
+def _assumptions(tree: KernelTree, loop: Loop) -> tuple[str, ...]:
+    found = []
+    for reduction in loop.reductions:
+        kind = declared_type(tree, reduction.accumulators[0]) or "float"
+        if reduction.combine in ("sum", "product") and kind in ("float", "double", "half", "__half"):
+            found.append(
+                f"the {reduction.combine} into {reduction.accumulators[0]} is regrouped across threads"
+            )
+    return tuple(found)
+
+
+def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, height: int) -> str:
+    """The kernel's statements in order, the bounds check as a flag: the loop for in-range outputs, the
+    merge for every thread, then the statements after the loop for thread y = 0 of in-range outputs."""
+    guard = facts.guard
+    assert guard is not None
+    unit = tree.indent_unit()
+    names = local_names(tree, "inside", "other", "other_at", "other_sum", "joint", "partial", "y")
+    top = [s for s in tree.body.named_children if s.type != "comment"]
+    position = next(n for n, s in enumerate(top) if s == guard.statement)
+    before = [tree.text(s) for s in top[:position]]
+    condition = guard.statement.child_by_field_name("condition")
+    assert condition is not None and condition.named_children
+    written = tree.text(condition.named_children[0])
+    flag = f"!({written})" if guard.early_return else written
+    if guard.early_return:
+        inner = top[position + 1 :]
+    else:
+        consequence = guard.statement.child_by_field_name("consequence")
+        assert consequence is not None
+        inner = [s for s in consequence.named_children if s.type != "comment"]
+    at = next((n for n, s in enumerate(inner) if s == loop.node), None)
+    if at is None:
+        raise Unsupported("the loop is not under the bounds check")
+    accumulators = {a for r in loop.reductions for a in r.accumulators}
+    hoisted, prefix = [], []
+    for statement in inner[:at]:
+        if statement.type != "declaration":
+            raise Unsupported("a statement before the loop that is not a declaration")
+        declared = set(declared_values(statement)) | {
+            text(d) for d in statement.children_by_field_name("declarator") if d.type == "identifier"
+        }
+        (hoisted if declared & accumulators else prefix).append(tree.text(statement))
+    if any(n.type == "return_statement" for s in inner[:at] for n in walk(s)):
+        raise Unsupported("a return before the loop")
+    after = [tree.text(s) for s in inner[at + 1 :]]
+    lines = [*before, f"const bool {names['inside']} = {flag};", *hoisted, f"if ({names['inside']}) {{"]
+    lines += [unit + line for line in prefix]
+    lines += [unit + line for line in _split_loop(tree, loop, names).split("\n")]
+    lines.append("}")
+    lines += _merged(tree, loop, names, height)
+    lines.append(f"if ({names['inside']} && threadIdx.y == 0) {{")
+    lines += [unit + line for line in prefix + after]
+    lines.append("}")
+    indent = unit
+    return "{\n" + "\n".join(indent + line if line else "" for line in "\n".join(lines).split("\n")) + "\n}"
+
+
+def _split_loop(tree: KernelTree, loop: Loop, names: dict[str, str]) -> str:
+    """The loop as written, starting at threadIdx.y past its start and stepping by blockDim.y."""
+    initializer, update = (
+        loop.node.child_by_field_name("initializer"),
+        loop.node.child_by_field_name("update"),
+    )
+    assert initializer is not None and update is not None
+    if initializer.type == "declaration":
+        (declarator,) = initializer.children_by_field_name("declarator")
+        start = declarator.child_by_field_name("value")
+    else:
+        start = initializer.child_by_field_name("right")
+    assert start is not None
+    begin = tree.text(start)
+    new_start = "threadIdx.y" if begin.strip() == "0" else f"({begin}) + threadIdx.y"
+    base = loop.node.start_byte
+    source = tree.data[base : loop.node.end_byte].decode("utf-8")
+    edits = sorted(
+        [(start.start_byte - base, start.end_byte - base, new_start),
+         (update.start_byte - base, update.end_byte - base, f"{loop.variable} += blockDim.y")],
+        reverse=True,
+    )  # fmt: skip
+    for a, b, new in edits:
+        source = source[:a] + new + source[b:]
+    indent = tree.indent_at(loop.node.start_byte)
+    return "\n".join(line[len(indent) :] if line.startswith(indent) else line for line in source.split("\n"))
+
+
+def _merged(tree: KernelTree, loop: Loop, names: dict[str, str], height: int) -> list[str]:
+    """Each thread's partial results through shared memory; thread y = 0 merges them in order."""
+    unit = tree.indent_unit()
+    lines = ["// the threads along y hold partial results: thread y = 0 merges them in order", "{"]
+    merges: list[tuple[list[tuple[str, str, str]], list[str]]] = []
+    for reduction in loop.reductions:
+        kind = declared_type(tree, reduction.accumulators[0]) or "float"
+        others, merging, _, _ = merge(tree, reduction, names, kind)
+        merges.append((others, merging))
+        for _, other_kind, accumulator in others:
+            lines.append(f"{unit}__shared__ {other_kind} {accumulator}_{names['partial']}[{height}][32];")
+    for others, _ in merges:
+        for _, _, accumulator in others:
+            lines.append(f"{unit}{accumulator}_{names['partial']}[threadIdx.y][threadIdx.x] = {accumulator};")
+    lines.append(f"{unit}__syncthreads();")
+    y = names["y"]
+    lines.append(f"{unit}if (threadIdx.y == 0) {{")
+    lines.append(f"{unit}{unit}for (int {y} = 1; {y} < blockDim.y; ++{y}) {{")
+    deep = unit * 4
+    for others, merging in merges:
+        lines.append(f"{unit * 3}{{")
+        for other, other_kind, accumulator in others:
+            lines.append(f"{deep}{other_kind} {other} = {accumulator}_{names['partial']}[{y}][threadIdx.x];")
+        lines += [f"{deep}{line}" for line in merging]
+        lines.append(f"{unit * 3}}}")
+    lines += [f"{unit}{unit}}}", f"{unit}}}", "}"]
+    return lines

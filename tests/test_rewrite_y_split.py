@@ -1,0 +1,80 @@
+"""The y-split rewrite on CPU: a thread per output walking a long loop that neighbouring threads already
+read together (a column walk) gets its loop split across threads along y, merged through shared memory
+by thread y = 0, with the bounds check turned into a flag so every thread reaches the barrier. Not
+offered for row walks (the warp rewrite's case) or loops that store. The gpu-marked test checks the
+results on the H200."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.proposers.rewrites import y_split
+from cuda_agent.agent.targets import KernelTarget, load_targets
+from cuda_agent.sandbox.compile import compile_kernel
+
+from tests.test_rewrite_warp_per_output import ARGMAX, GEMV, _target, body_of, needs_compiler
+
+OUTSIDE = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "outside"
+
+
+def gemv_transposed() -> KernelTarget:
+    (target,) = load_targets(OUTSIDE / "gemv_transposed.cu").targets
+    return target
+
+
+@needs_compiler
+def test_a_column_walk_is_split_across_threads_along_y() -> None:
+    target = gemv_transposed()
+    candidates = y_split.propose(target)
+    assert [c.launch.block for c in candidates if c.launch] == [(32, 8), (32, 32)]
+    body = body_of(candidates[0], "gemv_transposed")
+    assert "const bool inside = col <= N - 1;" in body  # the check as written, now a flag
+    assert "for (int row = threadIdx.y; row < M; row += blockDim.y) {" in body
+    assert "__syncthreads();" in body and "if (inside && threadIdx.y == 0) {" in body
+    for candidate in candidates:
+        assert compile_kernel(device_source(candidate.source), "gemv_transposed").ok
+
+
+@needs_compiler
+def test_a_column_argmax_merges_positions_in_order() -> None:
+    kernel = ARGMAX.replace("x[IDX(r, c, cols)]", "x[IDX(c, r, rows)]").replace(
+        "float best = x[IDX(r, 0, cols)];", "float best = x[IDX(0, r, rows)];"
+    )
+    (first, _) = y_split.propose(_target(kernel.replace("{cmp}", ">"), "row_argmax"))
+    body = body_of(first, "row_argmax")
+    assert "int arg_partial[8][32]" in body and "other_at < arg" in body
+    assert compile_kernel(device_source(first.source), "row_argmax").ok
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        # a row walk: the threads along x are a row apart (the warp rewrite splits those)
+        GEMV + """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) { float s = 0; for (int j = 0; j < N; ++j) s += A[i * N + j] * x[j]; y[i] = s; }
+}""",
+        # a loop that stores as it goes
+        GEMV + """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < N) { float s = 0; for (int i = 0; i < M; ++i) { s += A[i * N + j]; y[j] = s; } }
+}""",
+    ],
+)  # fmt: skip
+def test_not_offered_for_row_walks_or_loops_that_store(kernel: str) -> None:
+    assert y_split.propose(_target(kernel, "gemv")) == []
+
+
+@pytest.mark.gpu
+def test_the_split_column_walk_verifies_and_is_faster_on_the_gpu() -> None:
+    from cuda_agent.agent.engine import Engine, EngineSettings
+
+    target = gemv_transposed()
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        baseline = engine.baseline(target)
+        assert baseline.usable, baseline.error
+        results = engine.evaluate(baseline, y_split.propose(target))
+    seen = [(r.candidate.description, r.status, r.reason) for r in results]
+    assert all(r.verified for r in results) and any(r.status == "faster" for r in results), seen
