@@ -153,3 +153,38 @@ def merge(
             "the online softmax's sum is regrouped across the lanes (within the spec's tolerance)",
         )
     raise Unsupported(f"no warp combine for {reduction.combine}")
+
+
+def strided(tree: KernelTree, loop: Loop, offset: str, step: str) -> list[tuple[int, int, str]]:
+    """Edits making `for (int k = a; k < n; ++k)` start `offset` past a and step by `step`, as one of the
+    threads that share it: `for (int k = a + lane; k < n; k += 32)`."""
+    initializer, update = (
+        loop.node.child_by_field_name("initializer"),
+        loop.node.child_by_field_name("update"),
+    )
+    assert initializer is not None and update is not None
+    if initializer.type == "declaration":
+        (declarator,) = initializer.children_by_field_name("declarator")
+        start = declarator.child_by_field_name("value")
+    else:
+        start = initializer.child_by_field_name("right")
+    assert start is not None
+    begin = tree.text(start)
+    new_start = (
+        offset
+        if begin.strip() == "0"
+        else (f"{begin} + {offset}" if _simple(start) else f"({begin}) + {offset}")
+    )
+    return [
+        (start.start_byte, start.end_byte, new_start),
+        (update.start_byte, update.end_byte, f"{loop.variable} += {step}"),
+    ]
+
+
+def _simple(node: Node) -> bool:
+    node = unwrap(node)
+    return node.type in ("identifier", "number_literal", "field_expression", "call_expression") or (
+        node.type == "binary_expression"
+        and (op := node.child_by_field_name("operator")) is not None
+        and op.type in ("+", "-", "*", "/", "%")
+    )

@@ -35,7 +35,13 @@ from cuda_agent.agent.analysis.forms import LANE, THREAD_ATOMS, Form
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
-from cuda_agent.agent.proposers.rewrites._combine import Unsupported, check_initial, declared_type, merge
+from cuda_agent.agent.proposers.rewrites._combine import (
+    Unsupported,
+    check_initial,
+    declared_type,
+    merge,
+    strided,
+)
 from cuda_agent.agent.proposers.tree import (
     FULL_MASK,
     Edit,
@@ -306,35 +312,7 @@ def _initialiser(declaration: Node) -> Node:
 
 def _loop_edits(tree: KernelTree, loop: Loop, names: dict[str, str], width: int) -> list[Edit]:
     """`for (int k = a; k < n; ++k)` -> `for (int k = a + lane; k < n; k += 32)`."""
-    initializer, update = (
-        loop.node.child_by_field_name("initializer"),
-        loop.node.child_by_field_name("update"),
-    )
-    assert initializer is not None and update is not None
-    if initializer.type == "declaration":
-        (declarator,) = initializer.children_by_field_name("declarator")
-        start = declarator.child_by_field_name("value")
-    else:
-        start = initializer.child_by_field_name("right")
-    assert start is not None
-    lane = names["lane"]
-    begin = tree.text(start)
-    new_start = (
-        lane if begin.strip() == "0" else (f"{begin} + {lane}" if _simple(start) else f"({begin}) + {lane}")
-    )
-    return [
-        (start.start_byte, start.end_byte, new_start),
-        (update.start_byte, update.end_byte, f"{loop.variable} += {width or 'blockDim.x'}"),
-    ]
-
-
-def _simple(node: Node) -> bool:
-    node = unwrap(node)
-    return node.type in ("identifier", "number_literal", "field_expression", "call_expression") or (
-        node.type == "binary_expression"
-        and (op := node.child_by_field_name("operator")) is not None
-        and op.type in ("+", "-", "*", "/", "%")
-    )
+    return strided(tree, loop, names["lane"], str(width or "blockDim.x"))
 
 
 def _combine(

@@ -19,7 +19,13 @@ from cuda_agent.agent.analysis.forms import LANE, THREAD_ATOMS, Form
 from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, bound_terms
-from cuda_agent.agent.proposers.rewrites._combine import Unsupported, check_initial, declared_type, merge
+from cuda_agent.agent.proposers.rewrites._combine import (
+    Unsupported,
+    check_initial,
+    declared_type,
+    merge,
+    strided,
+)
 from cuda_agent.agent.proposers.tree import KernelTree, build_candidate, local_names, walk
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
@@ -148,26 +154,10 @@ def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, height: int) -> str:
 
 def _split_loop(tree: KernelTree, loop: Loop, names: dict[str, str]) -> str:
     """The loop as written, starting at threadIdx.y past its start and stepping by blockDim.y."""
-    initializer, update = (
-        loop.node.child_by_field_name("initializer"),
-        loop.node.child_by_field_name("update"),
-    )
-    assert initializer is not None and update is not None
-    if initializer.type == "declaration":
-        (declarator,) = initializer.children_by_field_name("declarator")
-        start = declarator.child_by_field_name("value")
-    else:
-        start = initializer.child_by_field_name("right")
-    assert start is not None
-    begin = tree.text(start)
-    new_start = "threadIdx.y" if begin.strip() == "0" else f"({begin}) + threadIdx.y"
     base = loop.node.start_byte
     source = tree.data[base : loop.node.end_byte].decode("utf-8")
-    edits = sorted(
-        [(start.start_byte - base, start.end_byte - base, new_start),
-         (update.start_byte - base, update.end_byte - base, f"{loop.variable} += blockDim.y")],
-        reverse=True,
-    )  # fmt: skip
+    moved = strided(tree, loop, "threadIdx.y", "blockDim.y")
+    edits = sorted(((a - base, b - base, new) for a, b, new in moved), reverse=True)
     for a, b, new in edits:
         source = source[:a] + new + source[b:]
     indent = tree.indent_at(loop.node.start_byte)
