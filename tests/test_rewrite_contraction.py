@@ -12,7 +12,7 @@ from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites.contraction import propose
 from cuda_agent.agent.targets import KernelTarget, load_targets
 
-from tests.test_rewrite_warp_per_output import ATTENTION, GEMV, _target, check, needs_compiler
+from tests.test_rewrite_warp_per_output import ATTENTION, GEMV, _target, check, needs_compiler, shown
 
 ROOT = Path(__file__).resolve().parents[1]
 NAIVE = (ROOT / "bench" / "kernels" / "matmul_naive.cu").read_text()
@@ -182,6 +182,6 @@ def test_contractions_verify_and_beat_the_originals_on_the_gpu() -> None:
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, propose(target))
-            seen = [(r.candidate.description, r.status, r.reason) for r in results]
+            seen = shown(baseline.target, results)
             assert all(r.verified for r in results), seen
             assert any(r.status == "faster" for r in results), seen

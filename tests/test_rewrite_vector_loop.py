@@ -15,7 +15,7 @@ from cuda_agent.agent.proposers.rewrites import vector_loop, warp_per_output
 from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
 
-from tests.test_rewrite_warp_per_output import ROW_SPEC, _target, needs_compiler
+from tests.test_rewrite_warp_per_output import ROW_SPEC, _target, needs_compiler, shown
 
 OUTSIDE = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "outside"
 
@@ -118,5 +118,5 @@ def test_vector_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, vector_loop.propose(target))
-            seen = [(r.candidate.description, r.status, r.reason) for r in results]
+            seen = shown(baseline.target, results)
             assert all(r.verified for r in results) and any(r.status == "faster" for r in results), seen

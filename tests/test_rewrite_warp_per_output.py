@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.device_source import device_source
 from cuda_agent.agent.proposers.rewrites.warp_per_output import propose
 from cuda_agent.agent.spec import complete_sizes, resolve
@@ -47,6 +47,13 @@ def check(
         for sizes in [spec.sizes, *(complete_sizes(spec, s) for s in spec.verify_sizes)]:
             resolve(launched, sizes)
     return candidates
+
+
+def shown(target: KernelTarget, results: list[CandidateResult]) -> list[tuple[str, str, str]]:
+    """Each result as (change, status, why), printed with its speedup for the GPU session's log."""
+    for r in results:
+        print(f"{target.kernel.name}: {r.candidate.description}: {r.status} {r.speedup or 0:.2f}x")
+    return [(r.candidate.description, r.status, r.reason) for r in results]
 
 
 def body_of(candidate: Candidate, name: str = "k") -> str:

@@ -14,7 +14,7 @@ from cuda_agent.agent.proposers.rewrites import y_split
 from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
 
-from tests.test_rewrite_warp_per_output import ARGMAX, GEMV, _target, body_of, needs_compiler
+from tests.test_rewrite_warp_per_output import ARGMAX, GEMV, _target, body_of, needs_compiler, shown
 
 OUTSIDE = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "outside"
 
@@ -76,5 +76,5 @@ def test_the_split_column_walk_verifies_and_is_faster_on_the_gpu() -> None:
         baseline = engine.baseline(target)
         assert baseline.usable, baseline.error
         results = engine.evaluate(baseline, y_split.propose(target))
-    seen = [(r.candidate.description, r.status, r.reason) for r in results]
+    seen = shown(baseline.target, results)
     assert all(r.verified for r in results) and any(r.status == "faster" for r in results), seen
