@@ -19,7 +19,14 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Progress
-from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output, y_split
+from cuda_agent.agent.proposers.rewrites import (
+    contraction,
+    inline_helper,
+    promote,
+    vector_loop,
+    warp_per_output,
+    y_split,
+)
 from cuda_agent.agent.targets import KernelTarget, load_targets, with_block
 
 Proposer = Callable[[KernelTarget], list[Candidate]]
@@ -34,6 +41,13 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     LAUNCH_CONFIG: ("launch-bounds",),
     warp_per_output.PROPOSER: (vector_loop.PROPOSER,),
     promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER, y_split.PROPOSER),
+    # a helper's loop written out at its call is the kernel's own: every loop rewrite may take it
+    inline_helper.PROPOSER: (
+        warp_per_output.PROPOSER,
+        y_split.PROPOSER,
+        promote.PROPOSER,
+        vector_loop.PROPOSER,
+    ),
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from cuda_agent.agent.analysis import KernelFacts, analyse
-from cuda_agent.agent.analysis.facts import ARGMAX, ARGMIN, LOGSUMEXP, MAX, MIN, PRODUCT, SUM
+from cuda_agent.agent.analysis.facts import ARGMAX, ARGMIN, FIND_FIRST, LOGSUMEXP, MAX, MIN, PRODUCT, SUM
 from cuda_agent.agent.analysis.forms import LANE, Form
 from cuda_agent.agent.proposers.tree import kernel_tree
 from cuda_agent.agent.targets import load_targets
@@ -223,6 +223,20 @@ def test_coalescing_model_and_gathers() -> None:
     assert gather.stride("c") == Form.constant(1)
     assert column.lane_stride == 1 and column.stride("c") == Form.atom("rows")
     assert "at unrelated places" in facts.describe() and "a thread per r" in facts.describe()
+
+
+def test_a_search_that_stops_at_its_first_find_is_a_reduction() -> None:
+    (loop,) = facts_of(
+        REDUCE + "const float* row = x + r * cols; int at = -1;\n"
+        "for (int c = 0; c < cols; ++c) { float v = row[c]; if (v < 0) { at = c; break; } } out[r] = at;"
+    ).loops
+    (reduction,) = loop.reductions
+    assert reduction.combine == FIND_FIRST and reduction.accumulators == ("at",) and loop.independent
+    # any other way out of the loop, or a second use of the position, is not a search
+    (loop,) = facts_of(
+        REDUCE + "int at = -1; for (int c = 0; c < cols; ++c) { if (x[c] < 0 && c > at) { at = c; break; } }"
+    ).loops
+    assert not loop.independent
 
 
 def test_the_description_is_in_the_kernels_own_spelling() -> None:

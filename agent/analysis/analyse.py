@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.analysis.facts import (
+    FIND_FIRST,
     Access,
     Guard,
     GuardBound,
@@ -212,10 +213,16 @@ class _Walker:
         outer = (self.mutable | set(self.values.bindings)) - inside
         found = classify(body, outer, variable)
         loop = Loop(variable, start, bound, step, node, body, depth, parent, found.reductions, found.carried)
-        self.loops.insert(position, _with_independence(loop, self._writes_in(variable), self._breaks(body)))
+        searches = any(r.combine == FIND_FIRST for r in found.reductions)  # its break is the search's
+        exits = self._breaks(body) and not searches
+        self.loops.insert(position, _with_independence(loop, self._writes_in(node), exits))
 
-    def _writes_in(self, variable: str) -> list[Access]:
-        return [a for a in self.accesses.values() if variable in a.loops and a.write]
+    def _writes_in(self, node: Node) -> list[Access]:
+        return [
+            a
+            for a in self.accesses.values()
+            if a.write and node.start_byte <= a.node.start_byte < node.end_byte
+        ]
 
     @staticmethod
     def _breaks(body: Node) -> bool:

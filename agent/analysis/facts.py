@@ -12,6 +12,8 @@ SUM, PRODUCT, MAX, MIN, ARGMAX, ARGMIN = "sum", "product", "max", "min", "argmax
 OR, AND, XOR = "or", "and", "xor"
 # The online softmax normaliser: a running maximum m and a sum s of exp(v - m), rescaled as m grows.
 LOGSUMEXP = "logsumexp"
+# A search: `if (cond(k)) { at = k; break; }` keeps the first position where the condition holds.
+FIND_FIRST = "find-first"
 IDEMPOTENT = frozenset({MAX, MIN, ARGMAX, ARGMIN, OR, AND})  # repeating an element changes nothing
 REASSOCIATED = frozenset({SUM, PRODUCT})  # in floating point, splitting changes the rounding
 

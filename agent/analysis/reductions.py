@@ -18,6 +18,7 @@ from cuda_agent.agent.analysis.facts import (
     AND,
     ARGMAX,
     ARGMIN,
+    FIND_FIRST,
     LOGSUMEXP,
     MAX,
     MIN,
@@ -55,6 +56,10 @@ def classify(body: Node, outer: set[str], loop: str) -> Found:
     reductions: list[Reduction] = []
     carried: set[str] = set()
     claimed: set[str] = set()
+    search = _find_first(body, outer, loop)
+    if search is not None and len(updates.get(search.accumulators[0], [])) == 1:
+        reductions.append(search)
+        claimed.add(search.accumulators[0])
     for name, nodes in updates.items():
         if name in claimed:
             continue
@@ -82,6 +87,37 @@ def classify(body: Node, outer: set[str], loop: str) -> Found:
         reductions.append(pair)
         carried -= set(pair.accumulators)
     return Found(tuple(reductions), frozenset(carried - claimed))
+
+
+def _find_first(body: Node, outer: set[str], loop: str) -> Reduction | None:
+    """`for (...) { [declarations] if (cond) { at = k; break; } }`: the first position where cond holds."""
+    statements = (
+        [s for s in body.named_children if s.type != "comment"]
+        if body.type == "compound_statement"
+        else [body]
+    )
+    if not statements or any(s.type != "declaration" for s in statements[:-1]):
+        return None
+    guard = statements[-1]
+    consequence = guard.child_by_field_name("consequence") if guard.type == "if_statement" else None
+    if consequence is None or guard.child_by_field_name("alternative") is not None:
+        return None
+    inner = (
+        [s for s in consequence.named_children if s.type != "comment"]
+        if consequence.type == "compound_statement"
+        else []
+    )
+    if len(inner) != 2 or inner[0].type != "expression_statement" or inner[1].type != "break_statement":
+        return None
+    assignment = unwrap(inner[0].named_children[0]) if inner[0].named_children else None
+    name = _assigned_name(assignment) if assignment is not None else None
+    operator = assignment.child_by_field_name("operator") if assignment is not None else None
+    right = assignment.child_by_field_name("right") if assignment is not None else None
+    if name is None or name not in outer or operator is None or operator.type != "=" or right is None:
+        return None
+    if loop not in {text(n) for n in _nodes(right) if n.type == "identifier"} or _mentions(guard, name) > 1:
+        return None
+    return Reduction(FIND_FIRST, (name,), loop, (guard,), "first")
 
 
 _EXPONENTIALS = frozenset({"expf", "__expf", "exp", "hexp"})
@@ -399,5 +435,6 @@ def _is(node: Node, name: str) -> bool:
     return node.type == "identifier" and text(node) == name
 
 
-def _mentions(node: Node, name: str) -> bool:
-    return any(n.type == "identifier" and text(n) == name for n in _nodes(node))
+def _mentions(node: Node, name: str) -> int:
+    """How many times the node reads or writes the name (0: not at all)."""
+    return sum(1 for n in _nodes(node) if n.type == "identifier" and text(n) == name)

@@ -7,7 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output, y_split
+from cuda_agent.agent.proposers.rewrites import (
+    contraction,
+    inline_helper,
+    promote,
+    vector_loop,
+    warp_per_output,
+    y_split,
+)
 from cuda_agent.agent.targets import KernelTarget
 
 REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
@@ -16,6 +23,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     y_split.PROPOSER: y_split.propose,
     vector_loop.PROPOSER: vector_loop.propose,
     promote.PROPOSER: promote.propose,
+    inline_helper.PROPOSER: inline_helper.propose,
 }
 
 __all__ = ["REWRITE_PROPOSERS"]

@@ -7,6 +7,7 @@ from cuda_agent.agent.analysis.facts import (
     AND,
     ARGMAX,
     ARGMIN,
+    FIND_FIRST,
     IDEMPOTENT,
     LOGSUMEXP,
     MAX,
@@ -64,7 +65,7 @@ def declared_type(tree: KernelTree, name: str) -> str | None:
 def check_initial(tree: KernelTree, loop: Loop, reduction: Reduction) -> None:
     """A sum (product, xor) entering the loop must hold its identity: each lane adds its part to it, so
     any other starting value would be counted 32 times. Max, min and their positions repeat harmlessly."""
-    if reduction.combine in IDEMPOTENT:
+    if reduction.combine in IDEMPOTENT or reduction.combine == FIND_FIRST:
         return
     # the online softmax's sum must start at 0 (its maximum may start anywhere)
     name = reduction.accumulators[1 if reduction.combine == LOGSUMEXP else 0]
@@ -136,6 +137,21 @@ def merge(
         ]
         others = [(other, kind, value), (other_at, declared_type(tree, at) or "int", at)]
         return others, merge, f"the lanes' best, the {order} position on a tie, as the loop keeps it", None
+    if reduction.combine == FIND_FIRST:
+        found, other_found = names["found"], names["other_found"]
+        unit = tree.indent_unit()
+        merge_lines = [
+            f"if ({other_found} && (!{found} || {other} < {value})) {{",
+            f"{unit}{value} = {other};",
+            f"{unit}{found} = true;",
+            "}",
+        ]
+        return (
+            [(other_found, "bool", found), (other, kind, value)],
+            merge_lines,
+            "the first position any lane found, or the start where none did",
+            None,
+        )
     if reduction.combine == LOGSUMEXP:
         total, exp = reduction.accumulators[1], reduction.combiner
         other_sum, joint = names["other_sum"], names["joint"]
@@ -188,3 +204,18 @@ def _simple(node: Node) -> bool:
         and (op := node.child_by_field_name("operator")) is not None
         and op.type in ("+", "-", "*", "/", "%")
     )
+
+
+def search_flag(tree: KernelTree, loop: Loop, reduction: Reduction, found: str) -> list[tuple[int, int, str]]:
+    """Edits giving a split search its flag: false before the loop, true where the position is taken (each
+    lane's own search stops at its first find; the lanes' finds are merged after the loop)."""
+    (guard,) = reduction.statements
+    consequence = guard.child_by_field_name("consequence")
+    assert consequence is not None
+    taken = next(s for s in consequence.named_children if s.type == "expression_statement")
+    indent = tree.indent_at(loop.node.start_byte)
+    inner = tree.indent_at(taken.start_byte)
+    return [
+        (loop.node.start_byte, loop.node.start_byte, f"bool {found} = false;\n{indent}"),
+        (taken.end_byte, taken.end_byte, f"\n{inner}{found} = true;"),
+    ]

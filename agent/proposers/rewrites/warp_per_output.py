@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.facts import (
     AND,
+    FIND_FIRST,
     MAX,
     MIN,
     OR,
@@ -40,6 +41,7 @@ from cuda_agent.agent.proposers.rewrites._combine import (
     check_initial,
     declared_type,
     merge,
+    search_flag,
     strided,
 )
 from cuda_agent.agent.proposers.tree import (
@@ -138,6 +140,8 @@ def _rewrite(
         "part",
         "w",
         "group",
+        "found",
+        "other_found",
     )
     edits = _owner_edits(tree, facts, owners, names, width)
     assumptions: set[str] = set()
@@ -145,6 +149,8 @@ def _rewrite(
         edits += _loop_edits(tree, loop, names, width)
         for reduction in loop.reductions:
             check_initial(tree, loop, reduction)
+            if reduction.combine == FIND_FIRST:
+                edits += search_flag(tree, loop, reduction, names["found"])
             combined, assumption = _combine(tree, loop, reduction, names, width)
             edits.append((loop.node.end_byte, loop.node.end_byte, combined))
             if assumption:

@@ -14,7 +14,7 @@ thread of a block reaches the barrier.
 from __future__ import annotations
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, declared_values
-from cuda_agent.agent.analysis.facts import Loop
+from cuda_agent.agent.analysis.facts import FIND_FIRST, Loop
 from cuda_agent.agent.analysis.forms import LANE, THREAD_ATOMS, Form
 from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.candidates import Candidate
@@ -75,6 +75,8 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
     (loop,) = loops
     if not loop.independent or not loop.reductions or loop.step.value() != 1:
         raise Unsupported("not a reduction loop with independent unit steps")
+    if any(r.combine == FIND_FIRST for r in loop.reductions):
+        raise Unsupported("a search, whose lanes stop at their own finds")
     inside = facts.accesses_in(loop)
     if any(a.write for a in inside):
         raise Unsupported("the loop stores")
