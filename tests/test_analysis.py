@@ -250,6 +250,14 @@ def test_the_description_is_in_the_kernels_own_spelling() -> None:
     )
 
 
+def test_accesses_it_cannot_place_are_kept_so_rewrites_can_refuse() -> None:
+    facts = facts_of(
+        "int r = blockIdx.x * blockDim.x + threadIdx.x; float buf[4]; buf[0] = x[r];\n"
+        "float* p = (r % 2) ? y : y + 1; p[r] = buf[0];"
+    )
+    assert sorted((n.text or b"").decode() for n in facts.unmodelled) == ["buf[0]", "buf[0]", "p[r]"]
+
+
 def test_a_deep_expression_does_not_take_the_analysis_down() -> None:
     body = "int r = blockIdx.x * blockDim.x + threadIdx.x; y[r] = " + " + ".join(["1"] * 3000) + ";"
     source = SPEC + SIGNATURE + " {\n" + body + "\n}\n"

@@ -361,6 +361,12 @@ def test_a_row_major_gemv_through_a_helper_is_split() -> None:
     if (i < M) { float s = 0; for (int j = 0; j < N; ++j) s += A[i * N + j];
         for (int j = 0; j < N; ++j) s += A[i * N + j] * x[j]; y[i] = s; }
 }""",
+        # a store through a pointer the analysis cannot follow: it could be any element
+        """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float* p = (i % 2) ? y : y + 1;
+    if (i < M) { float s = 0; for (int j = 0; j < N; ++j) { s += A[i * N + j]; p[j] += 1.0f; } y[i] = s; }
+}""",
         # the thread index read in the body: lanes would differ where the original threads agreed
         """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

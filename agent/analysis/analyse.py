@@ -66,6 +66,7 @@ class _Walker:
     uses_shared: bool = False
     barriers: bool = False
     atomics: bool = False
+    unmodelled: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         root = self.tree.definition
@@ -73,7 +74,13 @@ class _Walker:
             root = root.parent
         parameters = self.tree.target.kernel.parameters
         self.bytes = {p.name: _ELEMENT_BYTES.get(p.type) for p in parameters if p.is_pointer}
-        self.values = Values(self.atoms, file_definitions(root), frozenset(self.bytes), on_load=self._loaded)
+        self.values = Values(
+            self.atoms,
+            file_definitions(root),
+            frozenset(self.bytes),
+            on_load=self._loaded,
+            on_unmodelled=self.unmodelled.append,
+        )
         self.mutable = assigned_names(self.tree.body)
 
     def run(self) -> KernelFacts:
@@ -102,6 +109,7 @@ class _Walker:
             atomics=self.atomics,
             thread_uses=thread_uses,
             lane_dependent=dependent,
+            unmodelled=tuple(self.unmodelled),
         )
 
     # -- statements ------------------------------------------------------------------------------------
@@ -269,6 +277,8 @@ class _Walker:
                 place = self.values.place(args[0])
                 if place is not None:
                     self._record(node, place, write=True, read=True)
+                else:
+                    self.unmodelled.append(node)
                 for arg in args[1:]:
                     self._effects(arg)
                 return self.atoms.opaque(text(node), (), memory=True)
@@ -283,11 +293,15 @@ class _Walker:
                     self._effects(child)
             if place is not None:
                 self._record(target, place, write=True, read=compound)
+            else:
+                self.unmodelled.append(target)
         elif target.type == "pointer_expression":
             argument = target.child_by_field_name("argument")
             place = self.values.place(argument) if argument is not None else None
             if place is not None:
                 self._record(target, place, write=True, read=compound)
+            else:
+                self.unmodelled.append(target)
 
     def _loaded(self, node: Node, base: str, offset: Form) -> None:
         self._record(node, Pointer(base, offset), write=False, read=True)

@@ -122,6 +122,9 @@ class KernelFacts:
     atomics: bool
     thread_uses: tuple[Node, ...]  # every builtin read outside the index declarations
     lane_dependent: frozenset[str] = field(default_factory=frozenset)  # locals that differ per thread
+    # Loads and stores it could not place (2-D arrays, shared or local arrays, pointers it lost track of):
+    # a rewrite that moves work between threads or iterations must not apply while any remains.
+    unmodelled: tuple[Node, ...] = ()
 
     def loop(self, variable: str) -> Loop | None:
         return next((loop for loop in self.loops if loop.variable == variable), None)

@@ -137,6 +137,7 @@ class Values:
     pointers: frozenset[str]  # the kernel's pointer parameters
     bindings: dict[str, Bound] = field(default_factory=dict)
     on_load: Callable[[Node, str, Form], None] | None = None  # reports each load (node, base, offset)
+    on_unmodelled: Callable[[Node], None] | None = None  # reports each load it cannot place
     _depth: int = 0
 
     def form(self, node: Node, scope: dict[str, Bound] | None = None) -> Form:
@@ -170,6 +171,7 @@ class Values:
                 place = self.place(argument, scope)
                 if place is not None:
                     return self._loaded(node, place)
+                self._unmodelled(node)
         inputs = [self.form(child, scope) for child in node.named_children if child.type != "comment"]
         return self.atoms.opaque(text(node), inputs, memory=True)
 
@@ -218,9 +220,14 @@ class Values:
     def _load(self, node: Node, scope: dict[str, Bound] | None) -> Form:
         place = self.subscript_place(node, scope)
         if place is None:
+            self._unmodelled(node)
             inputs = [self.form(c, scope) for c in node.named_children if c.type != "comment"]
             return self.atoms.opaque(text(node), inputs, memory=True)
         return self._loaded(node, place)
+
+    def _unmodelled(self, node: Node) -> None:
+        if self.on_unmodelled is not None:
+            self.on_unmodelled(node)
 
     def _loaded(self, node: Node, place: Pointer) -> Form:
         if self.on_load is not None:

@@ -131,7 +131,14 @@ def _is_float(tree: KernelTree, name: str) -> bool:
 
 def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
     guard = facts.guard
-    if guard is None or facts.uses_shared or facts.barriers or facts.atomics or facts.thread_uses:
+    if (
+        guard is None
+        or facts.uses_shared
+        or facts.barriers
+        or facts.atomics
+        or facts.thread_uses
+        or facts.unmodelled
+    ):
         raise _Unsupported("no bounds check, or shared memory, barriers, atomics, builtins in the body")
     flat = _flat(tree, facts)
     if flat is None:

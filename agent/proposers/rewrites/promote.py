@@ -31,7 +31,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
     if found is None:
         return []
     tree, facts = found
-    if facts.barriers or facts.atomics:
+    if facts.barriers or facts.atomics or facts.unmodelled:
         return []
     edits: list[Edit] = []
     places: list[str] = []

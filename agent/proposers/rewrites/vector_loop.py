@@ -54,6 +54,9 @@ def propose(target: KernelTarget) -> list[Candidate]:
     if found is None:
         return []
     tree, facts = found
+    parameters = {p.name for p in target.kernel.parameters}
+    if any(_base(n) in parameters for n in facts.unmodelled):
+        return []  # a parameter's element the analysis could not place may be one this loop moves
     edits: list[Edit] = []
     widths: list[int] = []
     taken = tree.names()
@@ -74,6 +77,8 @@ def propose(target: KernelTarget) -> list[Candidate]:
 
 
 def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str]) -> tuple[list[Edit], int]:
+    if any(loop.node.start_byte <= n.start_byte < loop.node.end_byte for n in facts.unmodelled):
+        raise _Unsupported("an access in the loop the analysis could not place")
     inner = [o for o in facts.loops if loop.node.start_byte < o.node.start_byte < loop.node.end_byte]
     if not loop.independent or inner:
         raise _Unsupported("dependent iterations or a nested loop")
@@ -106,6 +111,18 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
     first, element = names[f"{loop.variable}0"], names["e"]
     streams = _streams(tree, loop, accesses, first, taken)
     return _edits(tree, loop, streams, position, width, first, element), width
+
+
+def _base(node: Node) -> str:
+    """The name an unplaced access starts from: `A` of `A[i][j]`, `p` of `*(p + k)`."""
+    while node.type in ("subscript_expression", "pointer_expression", "parenthesized_expression"):
+        inner = node.child_by_field_name("argument") or (
+            node.named_children[0] if node.named_children else None
+        )
+        if inner is None:
+            break
+        node = inner
+    return text(node) if node.type == "identifier" else ""
 
 
 def _thread_position(loop: Loop, facts: KernelFacts) -> str:

@@ -117,7 +117,7 @@ def _rewrite(
 ) -> tuple[str, list[_Owner], set[int], list[Loop], tuple[str, ...]]:
     if facts.uses_shared or facts.barriers or facts.atomics or facts.guard is None:
         raise _Unsupported("shared memory, barriers, atomics or no bounds check")
-    if facts.thread_uses:
+    if facts.thread_uses or facts.unmodelled:
         raise _Unsupported("thread builtins read outside the index declarations")
     owners, batch = _owners(tree, facts)
     top = [loop for loop in facts.loops if loop.depth == 0]

@@ -62,7 +62,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
     launch = tree.target.spec.launch if tree.target.spec else None
     if guard is None or launch is None or len(launch.block) != 1:
         raise Unsupported("no bounds check, or not a 1-D launch")
-    if facts.uses_shared or facts.barriers or facts.atomics or facts.thread_uses:
+    if facts.uses_shared or facts.barriers or facts.atomics or facts.thread_uses or facts.unmodelled:
         raise Unsupported("shared memory, barriers, atomics or builtins in the body")
     mapped = [
         i for i in facts.indices if any(text(n).replace(" ", "") in THREAD_ATOMS for n in walk(i.declaration))
