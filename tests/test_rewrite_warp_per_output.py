@@ -361,6 +361,12 @@ def test_a_row_major_gemv_through_a_helper_is_split() -> None:
     if (i < M) { float s = 0; for (int j = 0; j < N; ++j) s += A[i * N + j];
         for (int j = 0; j < N; ++j) s += A[i * N + j] * x[j]; y[i] = s; }
 }""",
+        # two loops storing one array at places one apart: neighbouring lanes would write one element
+        """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) { for (int j = 0; j < N; ++j) y[i * N + j] = A[i * N + j];
+        for (int j = 0; j < N - 1; ++j) y[i * N + j + 1] = x[j]; }
+}""",
         # a store through a pointer the analysis cannot follow: it could be any element
         """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -239,6 +239,15 @@ def _check_memory(facts: KernelFacts, distributed: list[Loop]) -> None:
         if access.loops and holder(access) is None:
             raise _Unsupported(f"a store to {access.array} in a loop that is not split")
         written.setdefault(access.array, []).append(access)
+    for array, stores in written.items():
+        # One lane owns each stored element: stores in split loops all at one place and start (else two
+        # lanes could write one element, unordered), and none of them also stored by lane 0 outside.
+        places = set()
+        for store in stores:
+            loop = holder(store)
+            places.add(None if loop is None else (loop.start.text(), _renamed(store, loop).text()))
+        if len(places) > 1 and any(p is not None for p in places):
+            raise _Unsupported(f"{array} is stored at several places by different lanes")
     for access in facts.accesses:
         stores = written.get(access.array)
         if not stores or not access.read or access.write:
@@ -249,15 +258,18 @@ def _check_memory(facts: KernelFacts, distributed: list[Loop]) -> None:
             if any(holder(s) is not None for s in stores) or not _in_a_store(facts, access):
                 raise _Unsupported(f"{access.array} is stored and read outside a split loop")
             continue
-        here = access.offset.substitute(mine.variable, Form.atom("k"))
+        here = _renamed(access, mine)
         same_lane = any(
-            (theirs := holder(s)) is not None
-            and theirs.start == mine.start
-            and s.offset.substitute(theirs.variable, Form.atom("k")) == here
+            (theirs := holder(s)) is not None and theirs.start == mine.start and _renamed(s, theirs) == here
             for s in stores
         )
         if not same_lane:
             raise _Unsupported(f"{access.array} is read where another lane may have stored it")
+
+
+def _renamed(access: Access, loop: Loop) -> Form:
+    """The access's offset with its split loop's variable under one name, to compare across loops."""
+    return access.offset.substitute(loop.variable, Form.atom("k"))
 
 
 def _in_a_store(facts: KernelFacts, access: Access) -> bool:
