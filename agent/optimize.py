@@ -20,6 +20,7 @@ from cuda_agent.agent.rewrite import write_launch
 from cuda_agent.agent.sanitizer_gate import SanitizerGate
 from cuda_agent.agent.search import SearchBudget, SearchOutcome, best_of, run_search
 from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.sandbox.reports import TimingReport
 
 
 def _launch_written(
@@ -188,6 +189,23 @@ def _run_llm(
     return session
 
 
+def _bound(timing: TimingReport) -> str:
+    """Where the original stands against the ceiling that binds it, with the figures."""
+    fraction = timing.roofline_fraction or 0.0
+    if timing.bound == "memory" and timing.bandwidth_gbs and timing.ceiling:
+        return (
+            f"memory-bound: the original already runs at {fraction:.0%} of the measured copy bandwidth "
+            f"({timing.bandwidth_gbs:,.0f} of {timing.ceiling:,.0f} GB/s)"
+        )
+    if timing.bound == "compute" and timing.flop_rate_tflops and timing.ceiling:
+        return (
+            f"compute-bound: the original already runs at {fraction:.0%} of the measured peak "
+            f"({timing.flop_rate_tflops:.1f} of {timing.ceiling:.1f} TFLOP/s)"
+        )
+    written = f"the original already runs at {fraction:.0%} of the measured roofline"
+    return written + (f" ({timing.bandwidth_gbs:,.0f} GB/s)" if timing.bandwidth_gbs else "")
+
+
 def explain_unusable(baseline: Baseline) -> str:
     if baseline.kernel is None:
         return "the original kernel does not compile"
@@ -226,9 +244,7 @@ def explain(
             "roofline by that count): write [roofline] bytes for a true roofline"
         )
     elif timing is not None and timing.roofline_fraction is not None:
-        where = f"; the original already runs at {timing.roofline_fraction:.0%} of the measured roofline"
-        if timing.bandwidth_gbs:
-            where += f" ({timing.bandwidth_gbs:,.0f} GB/s)"
+        where = "; " + _bound(timing)
     lead = "no candidate was faster beyond the measured noise"
     if any(r.sanitizer_rejected for r in results):  # faster ones there were, but none passed the check
         lead = "no faster candidate passed compute-sanitizer"

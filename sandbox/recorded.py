@@ -179,6 +179,8 @@ class RecordedSandbox:
             runs=RUNS,
             bandwidth_gbs=bandwidth,
             roofline_fraction=bandwidth / ceiling if bandwidth and ceiling else None,
+            bound="memory" if bandwidth and ceiling else None,
+            ceiling=ceiling if bandwidth else None,
         )
 
 

@@ -89,6 +89,8 @@ class TimingReport:
     flop_rate_tflops: float | None = None
     roofline_fraction: float | None = None  # of the binding ceiling
     floor_ms: float | None = None  # the fastest time physics allows at the measured ceilings
+    bound: str | None = None  # which ceiling sets floor_ms: "memory" (copy bandwidth) or "compute"
+    ceiling: float | None = None  # that ceiling: GB/s for memory, TFLOP/s for compute
     # The time below which the kernel cannot have done the work (Problem.floor_bytes): a cheat check.
     plausible_floor_ms: float | None = None
 

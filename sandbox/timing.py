@@ -293,12 +293,13 @@ def _report(
     median = statistics.median(times)
     p10, p90 = (float(q) for q in np.percentile(times, [10, 90]))
     seconds = median * 1e-3
-    floors = []
+    floors: list[tuple[float, str, float]] = []  # (ms, which ceiling, its value)
     if problem.bytes_moved and bandwidth_gbs:
-        floors.append(problem.bytes_moved / (bandwidth_gbs * 1e9) * 1e3)
+        floors.append((problem.bytes_moved / (bandwidth_gbs * 1e9) * 1e3, "memory", bandwidth_gbs))
     if problem.flops and tflops:
-        floors.append(problem.flops / (tflops * 1e12) * 1e3)
-    floor = max(floors) if floors else None
+        floors.append((problem.flops / (tflops * 1e12) * 1e3, "compute", tflops))
+    binding = max(floors) if floors else None
+    floor = binding[0] if binding else None
     floor_bytes = problem.bytes_moved if problem.floor_bytes is None else problem.floor_bytes
     hard = [problem.flops / (tflops * 1e12) * 1e3] if problem.flops and tflops else []
     if floor_bytes and bandwidth_gbs:
@@ -314,6 +315,8 @@ def _report(
         flop_rate_tflops=problem.flops / seconds / 1e12 if problem.flops and seconds else None,
         roofline_fraction=floor / median if floor and median else None,
         floor_ms=floor,
+        bound=binding[1] if binding else None,
+        ceiling=binding[2] if binding else None,
         plausible_floor_ms=max(hard) if hard else None,
     )
 

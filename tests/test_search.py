@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.device_source import device_source
 from cuda_agent.agent.engine import Baseline, Progress
@@ -238,3 +239,22 @@ def test_a_roofline_past_100_percent_says_the_byte_count_is_too_high() -> None:
     assert "write [roofline] bytes for a true roofline" in explain(baseline(3.28), [], None)
     honest = explain(baseline(0.42), [], None)
     assert "runs at 42% of the measured roofline (13,827 GB/s)" in honest and "[roofline]" not in honest
+
+
+@pytest.mark.parametrize(
+    ("bound", "ceiling", "said"),
+    [
+        ("memory", 4200.0, "memory-bound: the original already runs at 99% of the measured copy bandwidth "
+                           "(4,158 of 4,200 GB/s)"),
+        ("compute", 50.8, "compute-bound: the original already runs at 71% of the measured peak "
+                          "(36.1 of 50.8 TFLOP/s)"),
+    ],
+)  # fmt: skip
+def test_when_nothing_helps_the_explanation_names_the_bound_and_the_figures(
+    bound: str, ceiling: float, said: str
+) -> None:
+    fraction = 0.99 if bound == "memory" else 0.71
+    timing = TimingReport("original", 1.0, 0.99, 1.01, 500, bandwidth_gbs=4158.0, flop_rate_tflops=36.1,
+                          roofline_fraction=fraction, bound=bound, ceiling=ceiling)  # fmt: skip
+    baseline = Baseline(None, None, (), None, CompileResult(True, None), timing=timing)  # type: ignore[arg-type]
+    assert said in explain(baseline, [], None)
