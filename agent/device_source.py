@@ -16,7 +16,7 @@ kernels may still name.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 from cuda_agent.agent.kernels import Span
@@ -94,13 +94,24 @@ def includes_torch(source: str) -> bool:
     return any(_is_torch_include(node) for node in _includes(parse_cuda(source).root_node))
 
 
-def _includes(scope: Node) -> Iterator[Node]:
-    """The `#include` lines at namespace scope, inside preprocessor conditionals too."""
-    for child in scope.children:
-        if child.type == "preproc_include":
+def _at_namespace_scope(scope: Node, picks: Callable[[Node], bool]) -> Iterator[Node]:
+    """The nodes `picks` takes at namespace scope, in source order, looking inside namespaces, `extern "C"`
+    blocks and preprocessor conditionals (not inside what it took). A stack of the scopes being read, not
+    recursion: generated code nests them as deep as it likes."""
+    pending = [iter(scope.children)]
+    while pending:
+        child = next(pending[-1], None)
+        if child is None:
+            pending.pop()
+        elif picks(child):
             yield child
         elif child.type in _SCOPE_TYPES:
-            yield from _includes(child)
+            pending.append(iter(child.children))
+
+
+def _includes(scope: Node) -> Iterator[Node]:
+    """The `#include` lines at namespace scope, inside preprocessor conditionals too."""
+    return _at_namespace_scope(scope, lambda node: node.type == "preproc_include")
 
 
 def _is_torch_include(include: Node) -> bool:
@@ -114,14 +125,14 @@ def _is_torch_include(include: Node) -> bool:
 def _torch_host_parts(scope: Node) -> Iterator[Node]:
     """What an extension's device side leaves out besides host function definitions: torch's includes, the
     binding blocks and host function declarations, at namespace scope (inside conditionals too)."""
-    for child in scope.children:
-        if child.type == "preproc_include":
-            if _is_torch_include(child):
-                yield child
-        elif _is_binding_block(child) or _is_host_declaration(child):
-            yield child
-        elif child.type in _SCOPE_TYPES:
-            yield from _torch_host_parts(child)
+    return _at_namespace_scope(
+        scope,
+        lambda node: (
+            _is_torch_include(node)
+            if node.type == "preproc_include"
+            else _is_binding_block(node) or _is_host_declaration(node)
+        ),
+    )
 
 
 def _is_binding_block(node: Node) -> bool:
@@ -138,7 +149,9 @@ def _is_host_declaration(node: Node) -> bool:
     also under `template <...>`): device code cannot call it. One that did not parse cleanly is kept."""
     if node.type == "template_declaration":
         inner = next((child for child in node.named_children if child.type == "declaration"), None)
-        return inner is not None and _is_host_declaration(inner)
+        if inner is None:
+            return False
+        node = inner
     if node.type != "declaration" or node.has_error:
         return False
     if any(child.type in _DEVICE_SPECIFIERS for child in node.children):
@@ -165,22 +178,20 @@ def replace_span(source: str, span: Span, new_text: str) -> str:
 def _host_only_definitions(scope: Node, relaxed_constexpr: bool) -> Iterator[Node]:
     """The outermost node of each host-only function definition at namespace scope (with its
     `template <...>` or `extern "C"` prefix, which must go with it)."""
-    for child in scope.children:
-        # Definitions first: `extern "C" void f() {}` is a linkage_specification too, and its prefix
-        # must be blanked with the function, not left to attach to the next declaration.
-        if _is_host_only(_defined_function(child), relaxed_constexpr):
-            yield child
-        elif child.type in _SCOPE_TYPES:
-            yield from _host_only_definitions(child, relaxed_constexpr)
+    # Definitions first: `extern "C" void f() {}` is a linkage_specification too, and its prefix must be
+    # blanked with the function, not left to attach to the next declaration.
+    return _at_namespace_scope(scope, lambda node: _is_host_only(_defined_function(node), relaxed_constexpr))
 
 
 def _defined_function(node: Node) -> Node | None:
     """The function_definition that `node` is, or wraps (`template <...> f`, `extern "C" f`)."""
+    while node.type == "template_declaration":  # `template <...> template <...> f`: as many as written
+        inner = next((child for child in node.named_children if child.type in _TEMPLATED_TYPES), None)
+        if inner is None:
+            return None
+        node = inner
     if node.type == "function_definition":
         return node
-    if node.type == "template_declaration":
-        inner = next((child for child in node.named_children if child.type in _TEMPLATED_TYPES), None)
-        return _defined_function(inner) if inner else None
     if node.type == "linkage_specification":
         body = node.child_by_field_name("body")
         return body if body is not None and body.type == "function_definition" else None

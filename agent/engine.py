@@ -17,6 +17,7 @@ from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.compile_environment import CompileEnvironment, compile_in, environment_for
 from cuda_agent.agent.spec import KernelSpec, SpecResolveError, resolve
 from cuda_agent.agent.targets import KernelTarget, automatic_verify_points, problems_for, with_block
+from cuda_agent.sandbox.children import kill_running
 from cuda_agent.sandbox.client import Sandbox
 from cuda_agent.sandbox.plan import KernelUnderTest, LaunchPlan, Problem
 from cuda_agent.sandbox.protocol import (
@@ -151,6 +152,14 @@ class Engine:
         if self._sandbox is not None:
             self._sandbox.close()
         self.cache.close()
+
+    def kill(self) -> None:
+        """Stop now, from any thread, for a process that is leaving: the GPU worker and every compiler or
+        sanitizer process still running are killed (a step on the engine's thread may be minutes from
+        its end, and `close` would wait for it)."""
+        if self._sandbox is not None:
+            self._sandbox.kill()
+        kill_running()
 
     def __enter__(self) -> Engine:
         return self

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from cuda_agent.agent.memo import BoundedMemo
-from cuda_agent.agent.parsing import TextEdit, parse_cuda
+from cuda_agent.agent.parsing import TextEdit, ancestors, parse_cuda
 from tree_sitter import Node, Point, Tree
 
 
@@ -248,7 +248,9 @@ def _definitions(root: Node, data: bytes, tokens: Iterable[Node]) -> list[Kernel
         for token in tokens
         if token.parent is not None and token.parent.type == "function_definition"
     }
-    return [_known_kernel(definition, data) for definition in definitions.values()]
+    return [
+        _known_kernel(definition, data, ancestors(root, definition)) for definition in definitions.values()
+    ]
 
 
 def _after_edit(root: Node, data: bytes, earlier: EarlierRead) -> list[Kernel]:
@@ -319,19 +321,20 @@ def _tokens_within(root: Node, data: bytes, token: str, ranges: Sequence[tuple[i
 _KNOWN: BoundedMemo[tuple[bytes, int, tuple[str, ...], bool], Kernel] = BoundedMemo()
 
 
-def _known_kernel(definition: Node, data: bytes) -> Kernel:
+def _known_kernel(definition: Node, data: bytes, lineage: Sequence[Node]) -> Kernel:
+    """`lineage`: the nodes from the root down to the definition's parent (`ancestors`)."""
     outer = _outermost(definition)
     if outer.has_error:
-        return _kernel(definition, data)
+        return _kernel(definition, data, lineage)
     # Everything _kernel reads: the definition's own bytes, its first column, and two facts from its
     # ancestors (the namespaces around it, an enclosing extern "C" block).
     key = (
         data[outer.start_byte : outer.end_byte],
         outer.start_point.column,
-        tuple(_enclosing_namespaces(definition, data)),
-        _is_extern_c(definition, data),
+        tuple(_enclosing_namespaces(lineage, data)),
+        _is_extern_c(lineage, data),
     )
-    known = _KNOWN.get_or_make(key, lambda: _kernel(definition, data))
+    known = _KNOWN.get_or_make(key, lambda: _kernel(definition, data, lineage))
     read = known.read.span
     moved_by = (outer.start_byte - read.start_byte, outer.start_point.row - read.start_line)
     if moved_by == (0, 0):
@@ -340,7 +343,7 @@ def _known_kernel(definition: Node, data: bytes) -> Kernel:
     return _moved(known, *moved_by)
 
 
-def _kernel(definition: Node, data: bytes) -> Kernel:
+def _kernel(definition: Node, data: bytes, lineage: Sequence[Node]) -> Kernel:
     outer = _outermost(definition)
     declarator = _function_declarator(definition)
     name_node, template_arguments, scope = _declared_name(declarator, data)
@@ -349,7 +352,7 @@ def _kernel(definition: Node, data: bytes) -> Kernel:
     return Kernel(
         name=_text(name_node, data) if name_node else "",
         template_parameters=_template_parameters(definition, data),
-        extern_c=_is_extern_c(definition, data),
+        extern_c=_is_extern_c(lineage, data),
         launch_bounds=_launch_bounds(definition, data),
         has_errors=outer.has_error,
         read=KernelPositions(
@@ -359,7 +362,7 @@ def _kernel(definition: Node, data: bytes) -> Kernel:
             parameters=_parameters(declarator, data),
         ),
         template_arguments=template_arguments,
-        namespace="::".join([*_enclosing_namespaces(definition, data), *scope]),
+        namespace="::".join([*_enclosing_namespaces(lineage, data), *scope]),
     )
 
 
@@ -426,24 +429,20 @@ def _declared_name(declarator: Node | None, data: bytes) -> tuple[Node | None, s
     return node, None, scope
 
 
-def _enclosing_namespaces(definition: Node, data: bytes) -> list[str]:
-    names: list[str] = []
-    node = definition.parent
-    while node is not None:
-        if node.type == "namespace_definition" and (name := node.child_by_field_name("name")) is not None:
-            names.append(_text(name, data))
-        node = node.parent
-    return names[::-1]
+def _enclosing_namespaces(lineage: Sequence[Node], data: bytes) -> list[str]:
+    """The names of the namespaces around a definition, outermost first (`lineage`: its ancestors)."""
+    return [
+        _text(name, data)
+        for node in lineage
+        if node.type == "namespace_definition" and (name := node.child_by_field_name("name")) is not None
+    ]
 
 
-def _is_extern_c(definition: Node, data: bytes) -> bool:
-    node = definition.parent
-    while node is not None:
-        if node.type == "linkage_specification":
-            value = node.child_by_field_name("value")
-            return value is not None and _inner_text(value, data) == "C"
-        node = node.parent
-    return False
+def _is_extern_c(lineage: Sequence[Node], data: bytes) -> bool:
+    """Whether the innermost linkage specification around a definition is `extern "C"`."""
+    node = next((n for n in reversed(lineage) if n.type == "linkage_specification"), None)
+    value = node.child_by_field_name("value") if node is not None else None
+    return value is not None and _inner_text(value, data) == "C"
 
 
 def _launch_bounds(definition: Node, data: bytes) -> str | None:
@@ -582,10 +581,12 @@ def _template_parameter_name(node: Node, data: bytes) -> str:
     if node.type in _PARAMETER_TYPES:
         name_node, _, _ = _walk_declarator(node.child_by_field_name("declarator"), data)
         return _text(name_node, data) if name_node else ""
-    if node.type == "template_template_parameter_declaration":
+    while node.type == "template_template_parameter_declaration":  # nested as deep as written
         # `template <typename> class W`: the name sits in the trailing `class W`.
         inner = next((c for c in reversed(node.named_children) if c.type in _TYPE_TEMPLATE_PARAMETERS), None)
-        return _template_parameter_name(inner, data) if inner else ""
+        if inner is None:
+            return ""
+        node = inner
     name_node = node.child_by_field_name("name") or next(
         (child for child in node.named_children if child.type == "type_identifier"), None
     )

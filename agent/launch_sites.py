@@ -34,7 +34,6 @@ from cuda_agent.agent.spec.program import (
     ProgramHost,
     ProgramPoint,
     _contexts,
-    _enclosing_function,
     _Scope,
     _template_arguments,
     _template_types,
@@ -284,7 +283,7 @@ class _Reading:
     def declared_before(self, position: int, call: Node, text: str) -> bool:
         """Whether every name `text` uses that the launch can see is also declared before `position` (in
         the launching function, or at file level)."""
-        function = _enclosing_function(call)
+        function = self.host.function_around(call)
         if function is None:
             return False
         at_launch = _Scope(self.host, function, call.start_byte, None)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import tree_sitter_cuda
-from tree_sitter import Language, Parser, Point, Tree
+from tree_sitter import Language, Node, Parser, Point, Tree
 
 
 @cache
@@ -44,6 +44,18 @@ def parse_cuda(source: str | bytes, old_tree: Tree | None = None) -> Tree:
     if old_tree is not None:
         return _parser().parse(data, old_tree)
     return _RECENT.parse(data)
+
+
+def ancestors(root: Node, node: Node) -> list[Node]:
+    """The nodes from `root` down to `node`'s parent, outermost first. tree-sitter finds `Node.parent` by
+    descending from the root, so each costs the node's depth and climbing parent by parent from deep in a
+    tree (10,000 nested namespaces or blocks) is quadratic in the depth; this is one descent."""
+    path: list[Node] = []
+    current: Node | None = root
+    while current is not None and current != node:
+        path.append(current)
+        current = current.child_with_descendant(node)
+    return path if current is not None else []
 
 
 @dataclass(frozen=True)

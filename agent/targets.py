@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +34,8 @@ from cuda_agent.agent.spec.resolve import instantiation
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
 from tree_sitter import Tree
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class KernelTarget:
@@ -41,6 +44,9 @@ class KernelTarget:
     kernel: Kernel
     spec: KernelSpec | None  # None: no spec written and none could be inferred
     note: str = ""  # "spec inferred from the 1-D element-wise pattern", or why there is no spec
+    # Set when reading this kernel failed (a bug of ours, not the user's): what was skipped and why, said
+    # on the kernel's name; the file's other kernels are read as usual.
+    skipped: str = ""
 
     @property
     def name_expression(self) -> str:
@@ -263,28 +269,80 @@ def load_targets(
     specs, errors = parse_specs(text, kernels, tree)
     failed = {e.kernel for e in errors if e.kernel}
     targets = []
-    host: _Host | None = None  # read once, when a kernel needs inferring
-    neighbours: Neighbours | None = None  # the files next to it that launch kernels, listed once
+    inference = _Inference(path, text, data, tree, kernels, earlier, earlier_host)
     for kernel in kernels:
         spec = specs.get(kernel.name)
-        note = ""
+        note = skipped = ""
         if spec is None and kernel.name in failed:
             note = "its spec has errors (see above)"
         elif spec is None and not infer:
             note = "no spec written (not inferred here)"
         elif spec is None:
-            host = host or _Host(text, data, tree, kernels, earlier, earlier_host)
-            spec, reason = _inferred(kernel, text, data, tree, host)
-            neighbours = neighbours or Neighbours(path)
-            if kernel.name not in host.dependencies and neighbours.launching(kernel.name):
-                # Nothing here launches it: a header's kernel, launched from the .cu next to it.
-                found, why = infer_from_elsewhere(neighbours, kernel, tree, host.program())
-                spec, reason = (found, why) if found is not None else (spec, f"{reason}; elsewhere: {why}")
-            note = (
-                spec.inference_note if spec else f"no spec: {reason}; add a /* cuda-agent ... */ spec comment"
-            )
-        targets.append(KernelTarget(path, text, kernel, spec, note))
-    return FileTargets(path, text, tuple(targets), tuple(errors), host.facts if host else earlier_host)
+            try:
+                spec, reason = inference.infer(kernel)
+            except Exception as error:  # our bug, not the user's: it costs this kernel only
+                note = skipped = skipped_because(kernel, "spec inference", error)
+            else:
+                note = (
+                    spec.inference_note
+                    if spec
+                    else f"no spec: {reason}; add a /* cuda-agent ... */ spec comment"
+                )
+        targets.append(KernelTarget(path, text, kernel, spec, note, skipped))
+    return FileTargets(path, text, tuple(targets), tuple(errors), inference.host_facts)
+
+
+def skipped_because(kernel: Kernel, step: str, error: Exception) -> str:
+    """What a failure inside our own reading of one kernel says on its name; the traceback goes to the log
+    (stderr) at debug level, the one-line reason at warning level."""
+    logger.warning("%s of %s skipped: %s: %s", step, kernel.name or "a kernel", type(error).__name__, error)
+    logger.debug("%s of %s failed", step, kernel.name, exc_info=error)
+    why = "its expressions or blocks nest too deep" if isinstance(error, RecursionError) else str(error)[:200]
+    return (
+        f"{step} skipped for this kernel: it failed inside cuda-agent ({type(error).__name__}: {why}); "
+        "the file's other kernels are unaffected; write a /* cuda-agent ... */ spec comment to run it"
+    )
+
+
+class _Inference:
+    """Inferring the specs of a file's kernels: the host code and the neighbouring files are read once, when
+    a kernel first needs them (and a failure to read them is kept, and raised for each kernel that does)."""
+
+    def __init__(
+        self, path: Path, text: str, data: bytes, tree: Tree, kernels: Sequence[Kernel],
+        earlier: EarlierRead | None, earlier_host: HostFacts | None,
+    ) -> None:  # fmt: skip
+        self.path, self.text, self.data, self.tree = path, text, data, tree
+        self._kernels, self._earlier, self._earlier_host = kernels, earlier, earlier_host
+        self._host: _Host | Exception | None = None
+        self._neighbours: Neighbours | None = None  # the files next to it that launch kernels
+
+    @property
+    def host_facts(self) -> HostFacts | None:
+        return self._host.facts if isinstance(self._host, _Host) else self._earlier_host
+
+    def host(self) -> _Host:
+        if self._host is None:
+            try:
+                self._host = _Host(
+                    self.text, self.data, self.tree, self._kernels, self._earlier, self._earlier_host
+                )
+            except Exception as error:
+                self._host = error
+        if isinstance(self._host, Exception):
+            raise self._host
+        return self._host
+
+    def infer(self, kernel: Kernel) -> tuple[KernelSpec | None, str]:
+        """(spec, note) or (None, why not), as `infer_spec` says; raises what a bug raises."""
+        host = self.host()
+        spec, reason = _inferred(kernel, self.text, self.data, self.tree, host)
+        self._neighbours = self._neighbours or Neighbours(self.path)
+        if kernel.name not in host.dependencies and self._neighbours.launching(kernel.name):
+            # Nothing here launches it: a header's kernel, launched from the .cu next to it.
+            found, why = infer_from_elsewhere(self._neighbours, kernel, self.tree, host.program())
+            spec, reason = (found, why) if found is not None else (spec, f"{reason}; elsewhere: {why}")
+        return spec, reason
 
 
 # The second automatic point keeps at most this power of two of each size: multiples of 4 (vector loads),

@@ -260,6 +260,13 @@ class Sandbox:
                     worker.stop(kill=False)
             self._active = self._spare = None
 
+    def kill(self) -> None:
+        """Kill the workers now, without the lock that a running request holds (its kernel may run for
+        seconds more): for a process that is leaving and will not send another request."""
+        for worker in (self._active, self._spare):
+            if worker is not None and worker.process.is_alive():
+                worker.process.kill()
+
     def __enter__(self) -> Sandbox:
         return self
 

@@ -22,6 +22,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from cuda_agent.sandbox.children import tracked
 from cuda_agent.sandbox.cubin import relocation_target
 from cuda_agent.sandbox.ptxas_info import compiled, ptxas_diagnostics
 from cuda_agent.sandbox.reports import CompileDiagnostic, CompileResult, Severity
@@ -110,20 +111,23 @@ def compile_with_nvcc(
 def _run(command: list[str], folder: str) -> tuple[int | None, str]:
     """nvcc's exit status (None: it did not finish) and everything it printed."""
     try:
-        completed = subprocess.run(
-            command,
-            cwd=folder,
-            capture_output=True,
-            encoding="utf-8",
+        process = subprocess.Popen(
+            command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8",
             errors="replace",
-            timeout=NVCC_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"nvcc did not finish within {NVCC_TIMEOUT_S:.0f} s"
+        )  # fmt: skip
     except OSError as exc:
         return None, f"nvcc could not be started: {exc}"
-    return completed.returncode, completed.stderr + completed.stdout
+    with process, tracked(process):  # tracked: a server leaving at once kills it (children.py)
+        try:
+            stdout, stderr = process.communicate(timeout=NVCC_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            return None, f"nvcc did not finish within {NVCC_TIMEOUT_S:.0f} s"
+        except BaseException:  # interrupted: as subprocess.run does, leave nothing running
+            process.kill()
+            raise
+    return process.returncode, stderr + stdout
 
 
 def _unexplained_failure(returncode: int | None, cubin: bytes, kernel: str, log: str) -> CompileDiagnostic:

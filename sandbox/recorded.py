@@ -152,6 +152,9 @@ class RecordedSandbox:
     def close(self) -> None:
         """Nothing to stop: there is no process."""
 
+    def kill(self) -> None:
+        """Nothing to kill: there is no process."""
+
     def __enter__(self) -> RecordedSandbox:
         return self
 

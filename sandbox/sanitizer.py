@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from cuda_agent.sandbox.children import tracked
 from cuda_agent.sandbox.plan import CompiledKernel, LaunchPlan, Problem
 from cuda_agent.sandbox.sanitizer_run import SanitizerLaunch, write_request
 
@@ -264,16 +265,17 @@ def run_process(command: list[str], timeout_s: float, cwd: str) -> ProcessOutput
     except OSError as exc:
         return ProcessOutput(f"cannot start {command[0]}: {exc}", 127, time.perf_counter() - start, False)
     timed_out = False
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(process)
-        stdout, stderr = process.communicate()
-    finally:
-        if process.poll() is None:  # interrupted: leave nothing running on the GPU
+    with tracked(process, own_group=True):  # a server leaving at once kills its group (children.py)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
             _kill_group(process)
-            process.wait()
+            stdout, stderr = process.communicate()
+        finally:
+            if process.poll() is None:  # interrupted: leave nothing running on the GPU
+                _kill_group(process)
+                process.wait()
     code = None if timed_out else process.returncode
     return ProcessOutput(f"{stdout}\n{stderr}", code, time.perf_counter() - start, timed_out)
 

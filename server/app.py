@@ -80,6 +80,12 @@ class CudaAgentProtocol(LanguageServerProtocol):
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
         server = self._server
+        if isinstance(server, CudaAgentServer) and server.exit_requested is not None:
+            # Over stdio the session's loop leaves the process (transport.serve_stdio). pygls would raise
+            # SystemExit, which its own loop swallows (the exit code was always 0), and then join threads.
+            if not server.exit_requested.done():
+                server.exit_requested.set_result(0 if self._shutdown else 1)
+            return
         if not isinstance(server, CudaAgentServer) or not server.session_mode:
             yield from super().lsp_exit(*args)
             return
@@ -133,6 +139,8 @@ class CudaAgentServer(LanguageServer):
         self.gpu_status_sent: GpuStatus | None = None  # as last sent in cudaAgent/status
         self.llm_message = ""  # the LLM proposer's state, as last said to the user
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Over stdio: set by the session, resolved with the exit code when the client says `exit`.
+        self.exit_requested: asyncio.Future[int] | None = None
 
     async def apply_settings(self, raw: Any) -> None:
         """Take the client's settings (the cudaAgent section); a bad value is reported and the previous

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -92,11 +93,29 @@ class GpuStatus:
     reason: str  # why there is none, from the engine
 
 
+# NVRTC compiles in-process, on the engine thread, and recurses on the program's nesting: 10,000 nested
+# loops overflowed a thread's default 8 MiB stack and the server died (SIGSEGV) on save. Address space,
+# not memory: only the pages a compile touches are used.
+ENGINE_STACK_BYTES = 512 * 1024 * 1024
+
+
+def _engine_thread() -> ThreadPoolExecutor:
+    """The one engine thread, started now with ENGINE_STACK_BYTES of stack (threads made later get the
+    default again)."""
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-agent-engine")
+    previous = threading.stack_size(ENGINE_STACK_BYTES)
+    try:
+        executor.submit(lambda: None).result()
+    finally:
+        threading.stack_size(previous)
+    return executor
+
+
 class Backend:
     def __init__(self, settings: EngineSettings | None = None) -> None:
         self._settings = settings or EngineSettings()
         self._engine: Engine | None = None  # created on the engine thread, on first use
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-agent-engine")
+        self._thread = _engine_thread()
         self._gpu: GpuStatus | None = None
         self._gpu_lock = asyncio.Lock()
         self._shown: ResultCache | None = None  # the editor's last result per (file text, kernel)
@@ -325,6 +344,15 @@ class Backend:
             self._thread.submit(close_engine).result(timeout=10)
         except Exception:
             logger.exception("closing the engine failed")
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+    def abort(self) -> None:
+        """Stop at once, for a process that is leaving (the client said `exit`): the GPU worker and the
+        compilers still running are killed, from this thread; queued work is dropped. `close` instead
+        waits behind the engine thread's current step, which a huge file's compile makes minutes long."""
+        engine = self._engine
+        if engine is not None:
+            engine.kill()
         self._thread.shutdown(wait=False, cancel_futures=True)
 
 

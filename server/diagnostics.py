@@ -9,6 +9,7 @@ from cuda_agent.server.positions import byte_range, character_range, line_range,
 from lsprotocol import types
 
 SOURCE = "cuda-agent"
+SKIPPED_CODE = "analysis-skipped"  # reading one kernel failed inside cuda-agent; the others are unaffected
 
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
@@ -31,8 +32,19 @@ def spec_diagnostics(analysis: Analysis) -> list[types.Diagnostic]:
     ]
     broken_specs = {e.kernel for e in analysis.targets.spec_errors}
     for target in analysis.targets.targets:
+        if target.skipped and target.kernel.name:
+            # Our failure, not the user's spec: a warning that says what this kernel lacks and why.
+            found.append(
+                types.Diagnostic(
+                    range=span_range(lines, target.kernel.name_span),
+                    message=f"{target.kernel.name}: {target.skipped}",
+                    severity=types.DiagnosticSeverity.Warning,
+                    source=SOURCE,
+                    code=SKIPPED_CODE,
+                )
+            )
         # A kernel whose own spec is broken already has its errors; the note is for kernels with none.
-        if target.spec is None and target.kernel.name and target.kernel.name not in broken_specs:
+        elif target.spec is None and target.kernel.name and target.kernel.name not in broken_specs:
             found.append(
                 types.Diagnostic(
                     range=span_range(lines, target.kernel.name_span),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FlushTimeout
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -106,9 +107,13 @@ class SuggestionFeedback:
         if self.log_path is not None:
             self._writer.submit(_write, self.log_path, record)
 
-    def flush(self) -> None:
-        """Wait until every record handed over so far is in the log."""
-        self._writer.submit(lambda: None).result()
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every record handed over so far is in the log (at most `timeout_s`: the server
+        leaving on exit gives it a moment, not as long as a full disk takes)."""
+        try:
+            self._writer.submit(lambda: None).result(timeout=timeout_s)
+        except FlushTimeout:
+            logger.warning("the feedback log did not take its last records within %s s", timeout_s)
 
 
 def _write(path: Path, record: FeedbackRecord) -> None:

@@ -13,16 +13,20 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import sys
-import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 from cuda_agent.server.access import TOKEN_ENV, is_loopback
 from cuda_agent.server.app import CudaAgentServer, create_server
 from cuda_agent.server.backend import Backend
-from pygls.io_ import run_async, run_websocket
+from cuda_agent.server.framing import FrameReader, StdinChunks, handle_body, serve_messages, stream_chunks
+from pygls.io_ import StdoutWriter, WebSocketWriter
 
 logger = logging.getLogger(__name__)
+
+LEAVE_FLUSH_S = 0.5  # on exit, how long the feedback log may take to write what it was handed
 
 
 class InsecureBind(Exception):
@@ -40,13 +44,54 @@ def tune_for_latency() -> None:
     sys.setswitchinterval(0.001)
 
 
-def serve_stdio(backend: Backend, token: str | None = None) -> None:
+def serve_stdio(backend: Backend, token: str | None = None) -> NoReturn:
+    """Serve the editor on stdin/stdout until it says `exit` (or closes stdin), then leave at once: exit
+    code 0 after `shutdown`, else 1, as LSP says. Leaving waits for no work in progress: a compile of a
+    huge file or a GPU job can take minutes (an exit once waited 256 s), so the GPU worker and running
+    compilers are killed and the process ends without joining its threads."""
     tune_for_latency()
     server = create_server(backend, token=token)
+    code = 1
+    loop = asyncio.new_event_loop()
     try:
-        server.start_io()
+        code = loop.run_until_complete(_stdio_session(server))
+    except KeyboardInterrupt:
+        code = 130
+    except Exception:
+        logger.exception("the stdio session failed")
     finally:
-        backend.close()
+        _leave(server, backend, code)
+
+
+async def _stdio_session(server: CudaAgentServer) -> int:
+    """Read messages until `exit` (its exit code) or the end of stdin."""
+    exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    server.exit_requested = exit_code
+    server.protocol.set_writer(StdoutWriter(sys.stdout.buffer))
+    reader = FrameReader(StdinChunks(sys.stdin.buffer))
+    reading = asyncio.ensure_future(serve_messages(reader, server.protocol, server.report_server_error))
+    await asyncio.wait({reading, exit_code}, return_when=asyncio.FIRST_COMPLETED)
+    if exit_code.done():
+        return exit_code.result()
+    reading.result()  # its failure, if that is why it ended
+    logger.info("the client closed stdin without exit")
+    return 0 if getattr(server.protocol, "_shutdown", False) else 1
+
+
+def _leave(server: CudaAgentServer, backend: Backend, code: int) -> NoReturn:
+    """End the process now: kill what runs outside it, give the feedback log a moment, flush, exit.
+    `os._exit`, not `sys.exit`: the interpreter's exit joins every worker thread, and one may be inside a
+    compile (NVRTC runs in-process and cannot be interrupted)."""
+    try:  # nothing may keep the process from leaving
+        backend.abort()
+        server.feedback.flush(timeout_s=LEAVE_FLUSH_S)
+    except Exception:
+        logger.exception("stopping the work in progress failed")
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -81,13 +126,8 @@ async def serve_tcp(
         server = create_server(backend, token=token, session_mode=True)
         server.protocol.set_writer(writer)  # type: ignore[arg-type]  # StreamWriter has write/close
         try:
-            await run_async(
-                stop_event=threading.Event(),
-                reader=reader,
-                protocol=server.protocol,
-                logger=logger,
-                error_handler=server.report_server_error,
-            )
+            frames = FrameReader(stream_chunks(reader))
+            await serve_messages(frames, server.protocol, server.report_server_error)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away mid-message: the same as a disconnect
         finally:
@@ -115,18 +155,19 @@ async def serve_ws(
     """The same sessions over WebSocket (one JSON-RPC message a frame, no Content-Length headers)."""
     check_bind(host, token)
     from websockets.asyncio.server import ServerConnection, serve
+    from websockets.exceptions import ConnectionClosed
 
     async def session(websocket: ServerConnection) -> None:
         logger.info("client connected: %s", websocket.remote_address)
         server = create_server(backend, token=token, session_mode=True)
+        server.protocol.set_writer(WebSocketWriter(websocket), include_headers=False)
         try:
-            await run_websocket(
-                websocket=websocket,
-                stop_event=threading.Event(),
-                protocol=server.protocol,
-                logger=logger,
-                error_handler=server.report_server_error,
-            )
+            # One message a frame: no headers to resynchronise on, but the same handling (framing.py).
+            with contextlib.suppress(ConnectionClosed):
+                async for data in websocket:
+                    body = data.encode() if isinstance(data, str) else data
+                    handle_body(server.protocol, body, error_handler=server.report_server_error)
+            await websocket.close()
         finally:
             _end(server)
             logger.info("client disconnected: %s", websocket.remote_address)

@@ -14,7 +14,7 @@ when it also reads it (`y[i] += ...`, `y[i] = y[i] * 2`, atomics); a pointer onl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from cuda_agent.agent.kernels import Kernel, Parameter
@@ -46,6 +46,8 @@ SIZE_PAIRS = (
 # kernels' outputs and prove nothing.
 FLOAT_SCALAR_INIT = InitSpec("uniform", low=0.5, high=2.0)
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+_MOST_LVALUE_WRAPPERS = 32  # macro calls, casts and member accesses around a stored element
+_SHORT_INDEX_BYTES = 64
 
 
 @dataclass
@@ -287,8 +289,33 @@ def _text(node: Node | None) -> str:
     return node.text.decode(errors="replace") if node is not None and node.text else ""
 
 
-def _identifiers(node: Node | None) -> set[str]:
-    return {_text(n) for n in walk(node) if n.type == "identifier"} if node is not None else set()
+class _SubtreeIdentifiers:
+    """The identifiers under a node, each subtree's found once: index expressions and comparisons nest in
+    each other (`x[(int)x[...]]`, a comparison in every loop of a nest), and walking each anew was
+    quadratic in the nesting. Post-order with an explicit stack, never recursion."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, frozenset[str]] = {}
+
+    def __call__(self, node: Node | None) -> frozenset[str]:
+        if node is None:
+            return frozenset()
+        known = self._known
+        pending = [(node, False)]
+        while pending:
+            current, children_done = pending.pop()
+            if current.id in known:
+                continue
+            children = current.children
+            if not children_done:
+                pending.append((current, True))
+                pending.extend((child, False) for child in children if child.id not in known)
+                continue
+            names = {_text(current)} if current.type == "identifier" else set()
+            for child in children:
+                names |= known[child.id]
+            known[current.id] = frozenset(names)
+        return known[node.id]
 
 
 def _builtin_axis(node: Node) -> tuple[str, str] | None:
@@ -307,12 +334,22 @@ _LVALUE_WRAPPERS = frozenset(
 )  # fmt: skip
 
 
-def _assigned_through(element: Node) -> Node | None:
+_ParentOf = Callable[[Node], "Node | None"]
+
+
+def _assigned_through(element: Node, parent_of: _ParentOf) -> Node | None:
     """The assignment whose left side wraps `element` in macro calls, casts and member accesses, if any."""
     node = element
-    while node.parent is not None and node.parent.type in _LVALUE_WRAPPERS:
-        node = node.parent
-    parent = node.parent
+    # A bounded climb: a store goes through a few wrappers, and climbing from every element of a deep
+    # nest of casts and subscripts (`x[(int)x[...]]`) to its top was quadratic in the nesting.
+    for _ in range(_MOST_LVALUE_WRAPPERS):
+        above = parent_of(node)
+        if above is None or above.type not in _LVALUE_WRAPPERS:
+            break
+        node = above
+    else:
+        return None
+    parent = parent_of(node)
     if (
         parent is not None
         and parent.type == "assignment_expression"
@@ -322,21 +359,43 @@ def _assigned_through(element: Node) -> Node | None:
     return None
 
 
-def _unparenthesize_up(node: Node) -> Node:
-    while node.parent is not None and node.parent.type == "parenthesized_expression":
-        node = node.parent
+def _unparenthesize_up(node: Node, parent_of: _ParentOf) -> Node:
+    while (above := parent_of(node)) is not None and above.type == "parenthesized_expression":
+        node = above
     return node
+
+
+class _Parents:
+    """Each node's parent within a body, from one walk. tree-sitter finds `Node.parent` by descending from
+    the root, so each costs the node's depth, and climbing from deep in a generated expression (a sum of
+    thousands of terms, a nest of conditionals) was quadratic in its depth."""
+
+    def __init__(self, body: Node) -> None:
+        self._parent: dict[int, Node] = {}
+        for node in walk(body):
+            for child in node.children:
+                self._parent[child.id] = node
+
+    def __call__(self, node: Node) -> Node | None:
+        """The parent, None at the body (what surrounds the body is no concern of its analysis)."""
+        return self._parent.get(node.id)
 
 
 class BodyAnalysis:
     """Facts about a kernel body that the patterns need."""
 
     def __init__(self, body: Node, pointers: set[str]) -> None:
+        self._identifiers = _SubtreeIdentifiers()
+        self._parent = _Parents(body)
         axes = [axis for node in walk(body) if (axis := _builtin_axis(node))]
         self.uses_y = any(
             builtin in ("threadIdx", "blockIdx") and axis in ("y", "z") for builtin, axis in axes
         )
         self.definitions = self._definitions(body)
+        # name -> the identifiers of every value assigned to it, for _expanded (once, not per question)
+        self._defined_from: dict[str, set[str]] = {}
+        for name, value in self.definitions:
+            self._defined_from.setdefault(name, set()).update(self._identifiers(value))
         self.global_indices = {name for name, value in self.definitions if self._is_global_index(value)}
         self.block_indices = {
             name
@@ -372,17 +431,17 @@ class BodyAnalysis:
 
     def _roots(self, node: Node) -> set[str]:
         """The identifiers `node` is computed from, through local definitions (tid = threadIdx.x)."""
-        return self._expanded(_identifiers(node))
+        return self._expanded(self._identifiers(node))
 
     def _is_global_index(self, node: Node) -> bool:
         """blockIdx.x * blockDim.x + threadIdx.x, in any spelling: it depends on both indices."""
         return {"blockIdx", "threadIdx"} <= self._roots(node)
 
-    def _expanded(self, names: set[str], depth: int = 4) -> set[str]:
+    def _expanded(self, names: Iterable[str], depth: int = 4) -> set[str]:
         """`names` plus, transitively, the identifiers of their definitions (offset = row * cols)."""
         result = set(names)
         for _ in range(depth):
-            more = {i for name, value in self.definitions if name in result for i in _identifiers(value)}
+            more = {i for name in result for i in self._defined_from.get(name, ())}
             if more <= result:
                 break
             result |= more
@@ -399,12 +458,11 @@ class BodyAnalysis:
             for side, other in (sides, sides[::-1]):
                 if side is None or other is None:
                     continue
-                if self._is_global_index(side) or _identifiers(side) & self.global_indices:
-                    compared |= self._expanded(_identifiers(other)) - self.global_indices
+                if self._is_global_index(side) or self._identifiers(side) & self.global_indices:
+                    compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
 
-    @staticmethod
-    def _aliases(body: Node, pointers: set[str]) -> dict[str, str]:
+    def _aliases(self, body: Node, pointers: set[str]) -> dict[str, str]:
         """Local pointers derived from parameters (`const float* row = x + r * cols`) -> the parameter."""
         aliases = {name: name for name in pointers}
         declarations = []
@@ -417,46 +475,51 @@ class BodyAnalysis:
                     declarations.append((_text(identifier), value))
         for _ in range(2):  # an alias of an alias
             for name, value in declarations:
-                owners = {aliases[i] for i in _identifiers(value) if i in aliases}
+                owners = {aliases[i] for i in self._identifiers(value) if i in aliases}
                 if len(owners) == 1 and name not in aliases:
                     aliases[name] = owners.pop()
         return aliases
 
     def _record(self, identifier: Node, use: _Use) -> None:
         """Classify one occurrence of a pointer: which element it reaches and whether it reads or writes."""
-        node = _unparenthesize_up(identifier)
-        parent = node.parent
+        parent_of = self._parent
+        node = _unparenthesize_up(identifier, parent_of)
+        parent = parent_of(node)
         if parent is None:
             return
         if parent.type == "init_declarator" and parent.child_by_field_name("value") == node:
             return  # `float* acc = out;`: what the alias does is recorded where it is used
         if parent.type == "subscript_expression" and parent.child_by_field_name("argument") == node:
             indices = parent.child_by_field_name("indices")
-            index_text = _text(indices).strip("[] ")
-            use.mentions |= self._expanded(_identifiers(indices))
+            # Only a short index can be `[0]`: the text of a long one (nested indices) is not copied.
+            short = indices is not None and indices.end_byte - indices.start_byte <= _SHORT_INDEX_BYTES
+            index_text = _text(indices).strip("[] ") if short else "long"
+            use.mentions |= self._expanded(self._identifiers(indices))
             if index_text != "0":
                 use.single_element = False
-            self._classify(_unparenthesize_up(parent), use)
+            self._classify(_unparenthesize_up(parent, parent_of), use)
             return
         # Pointer arithmetic (`x + i`, `*(y + i)`) or the pointer itself (`*y`, `atomicAdd(y, v)`).
         top = node
-        while top.parent is not None and top.parent.type in ("binary_expression", "parenthesized_expression"):
-            top = top.parent
+        while (above := parent_of(top)) is not None and above.type in (
+            "binary_expression",
+            "parenthesized_expression",
+        ):
+            top = above
         if top is not node:
             use.single_element = False
-            use.mentions |= self._expanded(_identifiers(top))
-        holder = top.parent
+            use.mentions |= self._expanded(self._identifiers(top))
+        holder = parent_of(top)
         if holder is not None and holder.type == "pointer_expression" and _text(holder.child(0)) == "*":
-            self._classify(_unparenthesize_up(holder), use)
+            self._classify(_unparenthesize_up(holder, parent_of), use)
         elif holder is not None and holder.type == "argument_list":
             use.read = use.written = True  # atomicAdd(y, v), or a device function that may do anything
         elif holder is not None and holder.type in ("binary_expression", "condition_clause"):
             pass  # `if (y != nullptr)`: compares the pointer, touches no element
 
-    @staticmethod
-    def _classify(element: Node, use: _Use) -> None:
+    def _classify(self, element: Node, use: _Use) -> None:
         """An element access `p[i]` / `*p`: written by `=`, read and written by `+=`, `++`, `&` or atomics."""
-        parent = element.parent
+        parent = self._parent(element)
         if parent is None:
             use.read = True
         elif parent.type == "assignment_expression" and parent.child_by_field_name("left") == element:
@@ -467,7 +530,7 @@ class BodyAnalysis:
             parent.type == "pointer_expression" and _text(parent.child(0)) == "&"
         ):
             use.read = use.written = True
-        elif (assignment := _assigned_through(element)) is not None:
+        elif (assignment := _assigned_through(element, self._parent)) is not None:
             # `FLOAT4(y[i]) = v`, `reinterpret_cast<float4*>(y + i)[0] = v`: a store through a macro or cast.
             use.written = True
             use.read = use.read or _text(assignment.child_by_field_name("operator")) != "="

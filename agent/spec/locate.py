@@ -34,12 +34,18 @@ def _range(node: tree_sitter.Node) -> Range:
 
 
 def _key_parts(node: tree_sitter.Node) -> list[tuple[str, tree_sitter.Node]]:
-    if node.type == "dotted_key":
-        return [part for child in node.named_children for part in _key_parts(child)]
-    text = node.text.decode() if node.text else ""
-    if node.type == "quoted_key":
-        text = str(tomllib.loads(f"k = {text}")["k"])  # TOML's own unescaping
-    return [(text, node)]
+    """A key's parts, left to right. `a.b.c` nests one dotted_key a dot: a stack, not recursion."""
+    parts, pending = [], [node]
+    while pending:
+        node = pending.pop()
+        if node.type == "dotted_key":
+            pending.extend(reversed(node.named_children))
+            continue
+        text = node.text.decode() if node.text else ""
+        if node.type == "quoted_key":
+            text = str(tomllib.loads(f"k = {text}")["k"])  # TOML's own unescaping
+        parts.append((text, node))
+    return parts
 
 
 class TomlLocator:
@@ -81,24 +87,27 @@ class TomlLocator:
         return path
 
     def _pair(self, pair: tree_sitter.Node, base: KeyPath) -> None:
-        # A comment after the value on the same line is a child of the pair too: never take it as the value.
-        named = [child for child in pair.named_children if child.type != "comment"]
-        if len(named) < 2 or named[0].type not in _KEY_TYPES:
-            return
-        path = self._key(named[0], base)
-        self._value(named[-1], path)
-
-    def _value(self, node: tree_sitter.Node, path: KeyPath) -> None:
-        self.values[path] = node
-        if node.type == "inline_table":
-            for child in node.named_children:
-                if child.type == "pair":
-                    self._pair(child, path)
-        elif node.type == "array":
-            elements = [child for child in node.named_children if child.type != "comment"]
-            for position, child in enumerate(elements):
-                self.keys[(*path, position)] = child
-                self._value(child, (*path, position))
+        """A `key = value` pair and, inside inline tables and arrays, every value nested in it, in the order
+        written. A stack, not recursion: values nest as deep as the text says."""
+        pending: list[tuple[tree_sitter.Node, KeyPath]] = [(pair, base)]
+        while pending:
+            node, path = pending.pop()
+            if node.type == "pair":
+                # A comment after the value on the same line is a child of the pair too: never the value.
+                named = [child for child in node.named_children if child.type != "comment"]
+                if len(named) >= 2 and named[0].type in _KEY_TYPES:
+                    pending.append((named[-1], self._key(named[0], path)))
+                continue
+            self.values[path] = node
+            nested: list[tuple[tree_sitter.Node, KeyPath]] = []
+            if node.type == "inline_table":
+                nested = [(child, path) for child in node.named_children if child.type == "pair"]
+            elif node.type == "array":
+                elements = [child for child in node.named_children if child.type != "comment"]
+                for position, child in enumerate(elements):
+                    self.keys[(*path, position)] = child
+                    nested.append((child, (*path, position)))
+            pending.extend(reversed(nested))
 
     def find(self, path: KeyPath, *, key: bool = False) -> tuple[Range, tree_sitter.Node] | None:
         """The key's (or value's) range; a missing path falls back to its nearest existing parent's key."""

@@ -7,6 +7,7 @@ errors from tomllib's position, semantic ones through the key path located with 
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+logger = logging.getLogger(__name__)
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 
@@ -46,7 +48,17 @@ def parse_specs(
     claimed: dict[str, SpecComment] = {}  # kernel name -> the comment that holds its spec
     errors: list[SpecError] = []
     for comment in find_spec_comments(data, tree, index):
-        kernel, spec, spec_errors = _parse_known(comment, kernels, index)
+        try:
+            kernel, spec, spec_errors = _parse_known(comment, kernels, index)
+        except Exception as error:  # our bug: it costs this spec only, said where the comment starts
+            logger.warning("a spec comment was skipped: %s: %s", type(error).__name__, error)
+            logger.debug("reading a spec comment failed", exc_info=error)
+            kernel, spec = _kernel_after(comment, kernels), None
+            message = (
+                f"this spec was skipped: reading it failed inside cuda-agent ({type(error).__name__}: "
+                f"{error}); the file's other specs are unaffected"
+            )
+            spec_errors = [_at_span(comment.marker, message, kernel.name if kernel else None)]
         if kernel is not None and kernel.name in claimed:
             first = claimed[kernel.name].span.start_line + 1
             errors.append(
@@ -121,6 +133,9 @@ def _parse_one(
             None,
             [_toml_syntax_error(comment, str(error), following.name if following else None)],
         )
+    except RecursionError:  # tomllib reads arrays and inline tables inside each other by recursion
+        message = "the spec's arrays or tables nest too deep to read (a few levels are all a spec needs)"
+        return following, None, [_at_span(comment.marker, message, following.name if following else None)]
     locator = TomlLocator(comment.toml)
 
     def located(issue: Issue, kernel_name: str | None) -> SpecError:

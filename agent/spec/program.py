@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.kernels import Kernel, launch_calls
-from cuda_agent.agent.parsing import parse_cuda
+from cuda_agent.agent.parsing import ancestors, parse_cuda
 from cuda_agent.agent.spec.dtypes import dtype_through_aliases, is_float
 from cuda_agent.agent.spec.expressions import ExpressionError, parse_expression
 from cuda_agent.agent.spec.infer import (
@@ -98,6 +98,10 @@ class ProgramHost:
         self._callers: dict[str, list[Node]] | None = None
         self._dependencies: dict[int, bytes] = {}  # per launching function: its text and its callers'
 
+    def function_around(self, node: Node) -> Node | None:
+        """The function definition around a node of this file's tree (see `_enclosing_function`)."""
+        return _enclosing_function(node, self.tree.root_node)
+
     def launches(self, kernel: str) -> list[Node]:
         """The call_expressions launching `kernel` (its name without namespace or template arguments)."""
         if self._launches is None:
@@ -116,7 +120,7 @@ class ProgramHost:
         names = {
             _function_name(f.child_by_field_name("declarator"), self)
             for calls in self._all_launches().values()
-            for f in map(_enclosing_function, calls)
+            for f in map(self.function_around, calls)
             if f is not None
         }
         return frozenset(names - {""})
@@ -160,7 +164,7 @@ class ProgramHost:
         the functions that launch it and, up the chain, the functions that call those."""
         parts = [self.globals_digest]
         for function in {
-            f.start_byte: f for f in map(_enclosing_function, self.launches(kernel)) if f
+            f.start_byte: f for f in map(self.function_around, self.launches(kernel)) if f
         }.values():
             parts.append(self._function_dependencies(function, MAX_CALLER_DEPTH))
         return hashlib.blake2b(b"\0".join(parts), digest_size=16).digest()
@@ -179,9 +183,9 @@ class ProgramHost:
                 # left open) changes the calling contexts even where no function around them changed.
                 parts += [
                     _function_name(f.child_by_field_name("declarator"), self).encode() if f else b"(none)"
-                    for f in map(_enclosing_function, self.callers(name))
+                    for f in map(self.function_around, self.callers(name))
                 ]
-                callers = {f.start_byte: f for f in map(_enclosing_function, self.callers(name)) if f}
+                callers = {f.start_byte: f for f in map(self.function_around, self.callers(name)) if f}
                 parts += [
                     self._function_dependencies(f, depth - 1) for f in callers.values() if f != function
                 ]
@@ -195,8 +199,15 @@ class ProgramHost:
         """A node's text; through the node, as a #define's value is a node of its own small parse."""
         return node.text.decode("utf-8", "replace") if node is not None and node.text is not None else ""
 
-    def _scan(self, node: Node) -> None:
-        for child in node.named_children:
+    def _scan(self, root: Node) -> None:
+        # An explicit stack of the scopes being read, not recursion: namespaces and `#if` blocks nest as
+        # deep as the file says (generated code), and each scope is read in place, in source order.
+        pending = [iter(root.named_children)]
+        while pending:
+            child = next(pending[-1], None)
+            if child is None:
+                pending.pop()
+                continue
             kind = child.type
             if kind in ("preproc_def", "declaration", "type_definition", "alias_declaration"):
                 self._globals.append(self.data[child.start_byte : child.end_byte])
@@ -228,7 +239,7 @@ class ProgramHost:
             elif kind in ("namespace_definition", "linkage_specification", "declaration_list",
                           "preproc_if", "preproc_ifdef", "preproc_else", "template_declaration"):  # fmt: skip
                 body = child.child_by_field_name("body")
-                self._scan(body if body is not None else child)
+                pending.append(iter((body if body is not None else child).named_children))
 
     def _struct(self, node: Node, name: str) -> None:
         """A struct's field names in declaration order (`MlpConfig cfg{4096, 11008}` sets them in order)."""
@@ -690,7 +701,8 @@ class _Translation:
         index_node = indices.named_children[0] if indices is not None and indices.named_children else None
         if index_node is None:
             raise NotFollowed(f"{self.file.text(node)!r}")
-        index = _value(_Translation(self.file).expression(index_node, scope))
+        # Its own translation (the index's names are not sizes), at this depth: `a[a[a[...]]]` is bounded.
+        index = _value(_Translation(self.file, depth=self.depth).expression(index_node, scope))
         elements = [e for e in definition.value.named_children if e.type != "comment"]
         if not 0 <= index < len(elements):
             raise NotFollowed(f"{self.file.text(node)!r} is past the end of its list")
@@ -844,23 +856,24 @@ class ProgramPoint:
     unknown: tuple[str, ...] = ()  # sizes the program does not state (a partial reading), with why
 
 
-def _enclosing_function(node: Node) -> Node | None:
-    function: Node | None = node
-    while function is not None and function.type != "function_definition":
-        function = function.parent
-    return function
+def _enclosing_function(node: Node, root: Node) -> Node | None:
+    """The function definition around `node` (or `node` itself), by one descent from the tree's `root`:
+    climbing parent by parent costs the depth squared (tree-sitter finds each parent from the root),
+    seconds for a launch nested in 10,000 blocks."""
+    lineage = [*ancestors(root, node), node]
+    return next((n for n in reversed(lineage) if n.type == "function_definition"), None)
 
 
 def _contexts(call: Node, file: ProgramHost, depth: int = 0) -> Iterator[_Scope]:
     """The scopes a launch inside `function` is seen in: one per chain of callers that reaches it (the
     launcher's own scope, unbound, where no one calls it) and per element of a range loop around it."""
-    function = _enclosing_function(call)
+    function = file.function_around(call)
     if function is None:
         return
     name = _function_name(function.child_by_field_name("declarator"), file)
     # A call outside any function (host code broken mid-edit) is no calling context.
     callers = (
-        [c for c in file.callers(name) if not _inside(c, function) and _enclosing_function(c) is not None]
+        [c for c in file.callers(name) if not _inside(c, function) and file.function_around(c) is not None]
         if name
         else []
     )
@@ -1210,13 +1223,20 @@ def _element_count(size: Node, scope: _Scope, translation: _Translation, element
 
 
 def _factors(node: Node) -> list[Node]:
-    while node.type in ("parenthesized_expression",):
-        node = node.named_children[0]
-    if node.type == "cast_expression":
-        return _factors(node.child_by_field_name("value"))  # type: ignore[arg-type]
-    if node.type == "binary_expression" and node.child_by_field_name("operator").type == "*":  # type: ignore[union-attr]
-        return [*_factors(node.child_by_field_name("left")), *_factors(node.child_by_field_name("right"))]  # type: ignore[arg-type]
-    return [node]
+    """The operands of a product, left to right, through parentheses and casts. A stack, not recursion:
+    `n * 4 * 4 * ...` nests one level a factor."""
+    factors, pending = [], [node]
+    while pending:
+        node = pending.pop()
+        while node.type in ("parenthesized_expression",):
+            node = node.named_children[0]
+        if node.type == "cast_expression":
+            pending.append(node.child_by_field_name("value"))  # type: ignore[arg-type]
+        elif node.type == "binary_expression" and node.child_by_field_name("operator").type == "*":  # type: ignore[union-attr]
+            pending += [node.child_by_field_name("right"), node.child_by_field_name("left")]  # type: ignore[list-item]
+        else:
+            factors.append(node)
+    return factors
 
 
 def _launch_instantiation(

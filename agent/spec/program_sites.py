@@ -20,7 +20,6 @@ from cuda_agent.agent.spec.infer import walk
 from cuda_agent.agent.spec.program import (
     ProgramHost,
     _Definition,
-    _enclosing_function,
     _function_name,
     _runtime_default,
     _Scope,
@@ -61,7 +60,7 @@ def read_site_holders(kernel: str, call: Node, scope: _Scope, host: ProgramHost)
     line = call.start_point[0] + 1
     config_node = next(c for c in call.children if c.type == "kernel_call_syntax")
     config = [c for c in config_node.named_children if c.type != "comment"]
-    function = _enclosing_function(call)
+    function = host.function_around(call)
     if function is None or len(config) < 2:
         return SiteHolders(call, line, (), (), (), True, None, 0, "the launch is not inside a function")
     uses = _Uses(host, kernel, function)
@@ -81,7 +80,7 @@ def launch_block_holders(
     config = [c for c in config_node.named_children if c.type != "comment"]
     line = call.start_point[0] + 1
     block = config[1]
-    function = _enclosing_function(call)
+    function = host.function_around(call)
     if block.type == "identifier" and function is not None:
         name = host.text(block)
         definition = scope.lookup(name)
@@ -101,7 +100,7 @@ def launch_block_holders(
 def constant_holder(kernel: str, call: Node, node: Node, scope: _Scope, host: ProgramHost) -> Holder | str:
     """Where the constant a launch's expression (a template argument) comes from is written, or why it
     cannot be changed with this kernel's launch."""
-    function = _enclosing_function(call)
+    function = host.function_around(call)
     if function is None:
         return "the launch is not inside a function"
     found = _constant_holder(node, scope, host, _Uses(host, kernel, function), call.start_point[0] + 1)
@@ -277,13 +276,13 @@ class _Uses:
             return None
         function = self.host.functions.get(callee)
         launched = sorted(k for k in self.host.launched if any(
-            _enclosing_function(c) == function for c in self.host.launches(k)))  # fmt: skip
+            self.host.function_around(c) == function for c in self.host.launches(k)))  # fmt: skip
         return launched[0] if launched else None
 
     def _own_launchers(self) -> set[str]:
         return {
             _function_name(f.child_by_field_name("declarator"), self.host)
-            for f in map(_enclosing_function, self.host.launches(self.kernel))
+            for f in map(self.host.function_around, self.host.launches(self.kernel))
             if f is not None
         }
 
@@ -300,7 +299,7 @@ class _Uses:
                 return f"{name} also sets the launch of {other} (line {node.start_point[0] + 1})"
             declared = _declared_by(node)
             if declared is not None and declared != name:
-                for use in self._identifiers(declared, _enclosing_function(node) or region):
+                for use in self._identifiers(declared, self.host.function_around(node) or region):
                     other = self._launch_of(use)
                     if other is not None and other != self.kernel:
                         return f"{name} also sets the launch of {other} (line {use.start_point[0] + 1})"
