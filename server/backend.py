@@ -37,6 +37,7 @@ T = TypeVar("T")
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
+
 Severity = Literal["error", "warning", "note"]
 
 # Each kernel is a separate NVRTC run (~0.1 s); a file of hundreds of kernels gets resources for its

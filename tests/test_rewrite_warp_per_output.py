@@ -16,16 +16,10 @@ from cuda_agent.agent.proposers.rewrites.warp_per_output import propose
 from cuda_agent.agent.spec import complete_sizes, resolve
 from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
-from cuda_agent.sandbox.nvrtc import nvrtc_unavailable_reason
+
+from tests.test_idioms import _target, needs_compiler
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_compiler = pytest.mark.skipif(nvrtc_unavailable_reason() is not None, reason="NVRTC is not installed")
-
-
-def _target(source: str, name: str) -> KernelTarget:
-    target = load_targets(Path(f"{name}.cu"), source).find(name)
-    assert target is not None and target.spec is not None, target and target.note
-    return target
 
 
 def check(

@@ -22,6 +22,7 @@ from cuda_agent.agent.analysis.facts import (
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form
 from cuda_agent.agent.analysis.reductions import classify
 from cuda_agent.agent.analysis.values import Pointer, Values, file_definitions, text, unwrap
+from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.proposers.tree import KernelTree, untemplated_kernel_tree
 from cuda_agent.agent.proposers.tree import walk_with_comments as _nodes
 from cuda_agent.agent.targets import KernelTarget
@@ -39,12 +40,25 @@ _ATOMICS |= {"atomicAnd", "atomicOr", "atomicXor", "atomicInc", "atomicDec"}
 _LOOPS = frozenset({"for_statement", "while_statement", "do_statement", "for_range_loop"})
 
 
+# Every rewrite asks for the same kernel's facts in turn: parse and analyse the file once for all of them.
+_ANALYSED: BoundedMemo[tuple[str, str, int], tuple[KernelTree, KernelFacts]] = BoundedMemo(64)
+
+
 def analysed(target: KernelTarget) -> tuple[KernelTree, KernelFacts] | None:
     """The tree and the facts of a kernel a rewrite may edit (parsed cleanly, not a template, with a
     spec), or None."""
-    tree = untemplated_kernel_tree(target)
-    facts = analyse(tree) if tree is not None and target.spec is not None else None
-    return (tree, facts) if tree is not None and facts is not None else None
+    if target.spec is None:
+        return None
+    key = (target.source, target.kernel.name, target.kernel.body_span.start_byte)
+    found = _ANALYSED.get(key)
+    if found is None:
+        tree = untemplated_kernel_tree(target)
+        facts = analyse(tree) if tree is not None else None
+        if tree is None or facts is None:
+            return None
+        found = _ANALYSED.get_or_make(key, lambda: (tree, facts))
+    # The same text may come with another spec (a launch being tuned): the facts hold, the target is this one.
+    return replace(found[0], target=target), found[1]
 
 
 def analyse(tree: KernelTree) -> KernelFacts | None:
@@ -69,9 +83,7 @@ class _Walker:
     unmodelled: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        root = self.tree.definition
-        while root.parent is not None:
-            root = root.parent
+        root = self.tree.root
         parameters = self.tree.target.kernel.parameters
         self.bytes = {p.name: _ELEMENT_BYTES.get(p.type) for p in parameters if p.is_pointer}
         self.values = Values(
@@ -94,11 +106,6 @@ class _Walker:
             and text(n).replace(" ", "") in THREAD_ATOMS
             and not any(a <= n.start_byte and n.end_byte <= b for a, b in index_bytes)
         )
-        dependent = frozenset(
-            name
-            for name, bound in self.values.bindings.items()
-            if isinstance(bound, Form) and self.atoms.roots(bound) & THREAD_ATOMS
-        )
         return KernelFacts(
             indices=tuple(self.indices),
             guard=guard,
@@ -108,7 +115,6 @@ class _Walker:
             barriers=self.barriers,
             atomics=self.atomics,
             thread_uses=thread_uses,
-            lane_dependent=dependent,
             unmodelled=tuple(self.unmodelled),
         )
 
@@ -191,7 +197,8 @@ class _Walker:
             if name not in self.mutable and not self.stack:
                 self.values.bindings[name] = form
                 if self.atoms.roots(form) & THREAD_ATOMS and _is_index_type(node):
-                    self.indices.append(ThreadIndex(name, form, _axis(form), node))
+                    direct = any(text(n).replace(" ", "") in THREAD_ATOMS for n in _nodes(value))
+                    self.indices.append(ThreadIndex(name, form, _axis(form), node, direct))
             elif name not in self.mutable:
                 self.values.bindings[name] = form  # a loop-local value: its own iteration's
 
@@ -211,7 +218,6 @@ class _Walker:
             return
         variable, start, bound, step = header
         self.values.bindings.pop(variable, None)
-        parent = next((v for v in reversed(self.stack) if v != "?"), None)
         depth = len(self.stack)
         position = len(self.loops)
         self.stack.append(variable)
@@ -220,7 +226,7 @@ class _Walker:
         inside = _declared_in(body) | {variable}
         outer = (self.mutable | set(self.values.bindings)) - inside
         found = classify(body, outer, variable)
-        loop = Loop(variable, start, bound, step, node, body, depth, parent, found.reductions, found.carried)
+        loop = Loop(variable, start, bound, step, node, body, depth, found.reductions, found.carried)
         searches = any(r.combine == FIND_FIRST for r in found.reductions)  # its break is the search's
         exits = self._breaks(body) and not searches
         self.loops.insert(position, _with_independence(loop, self._writes_in(node), exits))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cuda_agent.agent.analysis.forms import LANE, Form
 from tree_sitter import Node
@@ -26,6 +26,7 @@ class ThreadIndex:
     form: Form
     axis: str | None  # "x" when the form is exactly the global index along x, else None
     declaration: Node
+    direct: bool = True  # its declaration reads the builtins itself (else it follows another index by name)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,6 @@ class Loop:
     node: Node
     body: Node
     depth: int  # 0 for a loop directly in the kernel's (guarded) body
-    parent: str | None  # the enclosing loop's variable
     reductions: tuple[Reduction, ...] = ()
     carried: frozenset[str] = frozenset()  # outer locals updated otherwise than by a reduction
     independent: bool = False  # iterations may run in any order, on any thread (reductions aside)
@@ -121,13 +121,9 @@ class KernelFacts:
     barriers: bool
     atomics: bool
     thread_uses: tuple[Node, ...]  # every builtin read outside the index declarations
-    lane_dependent: frozenset[str] = field(default_factory=frozenset)  # locals that differ per thread
     # Loads and stores it could not place (2-D arrays, shared or local arrays, pointers it lost track of):
     # a rewrite that moves work between threads or iterations must not apply while any remains.
     unmodelled: tuple[Node, ...] = ()
-
-    def loop(self, variable: str) -> Loop | None:
-        return next((loop for loop in self.loops if loop.variable == variable), None)
 
     def accesses_in(self, loop: Loop) -> list[Access]:
         """The accesses inside the loop (its inner loops' included)."""

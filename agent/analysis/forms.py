@@ -131,9 +131,6 @@ class Atoms:
             found |= self.depends.get(atom, frozenset({atom}))
         return found
 
-    def depends_on(self, form: Form, base: str) -> bool:
-        return base in self.roots(form)
-
 
 def exact_quotient(numerator: Form, denominator: Form) -> Form | None:
     """`numerator / denominator` when the denominator is one term that divides every term exactly

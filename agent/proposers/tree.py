@@ -9,7 +9,7 @@ reads as the user's own kernel made faster, and the signature is never touched.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from cuda_agent.agent.candidates import Candidate
@@ -77,6 +77,29 @@ class KernelTree:
 
     def identifiers(self) -> set[str]:
         return {self.text(n) for n in walk_with_comments(self.definition) if n.type == "identifier"}
+
+    @property
+    def root(self) -> Node:
+        """The file's tree (the helpers, macros and other kernels around this one)."""
+        node = self.definition
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+    def substituted(self, node: Node, substitute: Callable[[Node], str | None]) -> str:
+        """The node's text with every descendant that `substitute` gives a text for replaced by it (its own
+        descendants then left alone), the rest as written."""
+        pieces, cursor = [], node.start_byte
+        for child in walk_with_comments(node):
+            if child.start_byte < cursor:
+                continue
+            new = substitute(child)
+            if new is not None:
+                pieces.append(self.data[cursor : child.start_byte].decode("utf-8"))
+                pieces.append(new)
+                cursor = child.end_byte
+        pieces.append(self.data[cursor : node.end_byte].decode("utf-8"))
+        return "".join(pieces)
 
     def apply_to_file(self, edits: Sequence[Edit]) -> str:
         """The whole file's text with the edits applied (see `apply_to_body` for the body alone)."""

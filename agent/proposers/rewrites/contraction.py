@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
 from cuda_agent.agent.analysis.facts import SUM, Access, Loop
-from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form, exact_quotient
+from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.values import Values, file_definitions, text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
@@ -160,7 +160,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
     statement = _single_statement(loop.body)
     accumulated = _accumulation(tree, facts, loop, statement)
     target, value, in_memory = accumulated
-    expand = _Expander(tree, facts, {row, col})
+    expand = _Expander(tree, {row, col})
     factors = _factors(value)
     row_factors, col_factors = [], []
     for factor in factors:
@@ -172,7 +172,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
         raise _Unsupported("not a product of a row factor and a col factor")
     if flat:
         # Each factor may see the flat index only through pieces that are the same along its side.
-        seen = _Expander(tree, facts, {row, col, index} | pieces)
+        seen = _Expander(tree, {row, col, index} | pieces)
         for side, own, allowed in ((row_factors, row, along_row), (col_factors, col, along_col)):
             for factor in side:
                 if seen.names(factor) & ({index, row, col} | pieces) - ({own} | allowed):
@@ -220,7 +220,7 @@ def _flat(
     bound = guard.bound_of(index)
     if bound is None:
         return None
-    values = Values(Atoms(), file_definitions(_root(tree)), frozenset())
+    values = Values(Atoms(), file_definitions(tree.root), frozenset())
     splits: list[tuple[str, str, Form, Form | None]] = []  # (name, kind, divisor, modulus)
     for name, value in declared_values(tree.body).items():
         node = unwrap(value)
@@ -267,13 +267,6 @@ def _divides(node: Node, index: str) -> bool:
     return op is not None and op.type == "/" and left is not None and text(unwrap(left)) == index
 
 
-def _root(tree: KernelTree) -> Node:
-    root = tree.definition
-    while root.parent is not None:
-        root = root.parent
-    return root
-
-
 def _owners(facts: KernelFacts) -> tuple[str, str, bool]:
     row = col = None
     batch = False
@@ -284,7 +277,7 @@ def _owners(facts: KernelFacts) -> tuple[str, str, bool]:
             col = index.name
         elif index.form == Form.atom("blockIdx.z"):
             batch = True
-        elif any(text(n).replace(" ", "") in THREAD_ATOMS for n in walk(index.declaration)):
+        elif index.direct:
             raise _Unsupported(f"{index.name} is another mapping of threads")
     if row is None or col is None:
         raise _Unsupported("not a thread per (row, col)")
@@ -367,7 +360,7 @@ class _Expander:
     """A factor's text with locals replaced by their values, so it can be evaluated at another row and k:
     `x_row[k]` with `const float* x_row = x + row * n;` is `(x + row * n)[k]`."""
 
-    def __init__(self, tree: KernelTree, facts: KernelFacts, keep: set[str]) -> None:
+    def __init__(self, tree: KernelTree, keep: set[str]) -> None:
         self.tree = tree
         self.keep = keep
         mutable = assigned_names(tree.body)
@@ -379,30 +372,18 @@ class _Expander:
     def text(self, node: Node, replace_with: dict[str, str], depth: int = 0) -> str:
         if depth > 16:
             raise _Unsupported("locals defined through too many others")
-        pieces: list[str] = []
-        cursor = node.start_byte
-        data = self.tree.data
-        for child in walk(node):
-            if child.type != "identifier" or child.start_byte < cursor:
-                continue
-            if (
-                child.parent is not None
-                and child.parent.type == "field_expression"
-                and child.prev_sibling is not None
-            ):
-                continue  # the field of `a.b`
+
+        def substitute(child: Node) -> str | None:
+            if child.type != "identifier":
+                return None
             name = text(child)
             if name in replace_with:
-                new = replace_with[name]
-            elif name in self.values and name not in self.keep:
-                new = f"({self.text(self.values[name], replace_with, depth + 1)})"
-            else:
-                continue
-            pieces.append(data[cursor : child.start_byte].decode("utf-8"))
-            pieces.append(new)
-            cursor = child.end_byte
-        pieces.append(data[cursor : node.end_byte].decode("utf-8"))
-        return "".join(pieces)
+                return replace_with[name]
+            if name in self.values and name not in self.keep:
+                return f"({self.text(self.values[name], replace_with, depth + 1)})"
+            return None
+
+        return self.tree.substituted(node, substitute)
 
 
 def _identifiers(source: str) -> set[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from cuda_agent.agent.analysis import analysed
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, line_indent, walk
+from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, fresh_names, line_indent, walk
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -57,11 +57,8 @@ def propose(target: KernelTarget) -> list[Candidate]:
 
 def _helpers(tree: KernelTree) -> dict[str, Node]:
     """The file's `__device__` functions that have a loop, by name."""
-    root = tree.definition
-    while root.parent is not None:
-        root = root.parent
     found = {}
-    for node in root.named_children:
+    for node in tree.root.named_children:
         if node.type != "function_definition" or not any(text(c) == "__device__" for c in node.children):
             continue
         declarator = node.child_by_field_name("declarator")
@@ -114,13 +111,8 @@ def _inlined(tree: KernelTree, statement: Node, call: Node, helper: Node, taken:
     if len(arguments) != len(parameters):
         raise _Unsupported("a call with default arguments")
     local = {name for _, name in parameters} | _declared(body)
-    renames = {}
-    for name in sorted(local):
-        fresh = name
-        while fresh in taken:
-            fresh += "_"
-        taken.add(fresh)
-        renames[name] = fresh
+    ordered = sorted(local)
+    renames = dict(zip(ordered, fresh_names(taken, *ordered), strict=True))
     indent = line_indent(tree, statement)
     unit = tree.indent_unit()
     target, kind = _result(tree, statement)
@@ -130,11 +122,11 @@ def _inlined(tree: KernelTree, statement: Node, call: Node, helper: Node, taken:
     for (ptype, name), argument in zip(parameters, arguments, strict=True):
         lines.append(f"{unit}{ptype} {renames[name]} = {tree.text(argument)};")
     for piece in statements[:-1]:
-        for n, line in enumerate(_renamed(piece, renames).split("\n")):
+        for n, line in enumerate(_renamed(tree, piece, renames).split("\n")):
             line = line[len(helper_indent) :] if n and line.startswith(helper_indent) else line
             lines.append(unit + line)
     returned = statements[-1].named_children[0]
-    lines.append(f"{unit}{target} = {_renamed(returned, renames)};")
+    lines.append(f"{unit}{target} = {_renamed(tree, returned, renames)};")
     lines.append("}")
     return statement.start_byte, statement.end_byte, ("\n" + indent).join(lines)
 
@@ -189,20 +181,8 @@ def _result(tree: KernelTree, statement: Node) -> tuple[str, str | None]:
     return tree.text(left), None
 
 
-def _renamed(node: Node, renames: dict[str, str]) -> str:
-    data = node.text or b""
-    base = node.start_byte
-    pieces, cursor = [], 0
-    for child in walk(node):
-        if child.type == "identifier" and text(child) in renames:
-            parent = child.parent
-            if parent is not None and parent.type == "field_expression" and child.prev_sibling is not None:
-                continue
-            pieces.append(data[cursor : child.start_byte - base].decode("utf-8"))
-            pieces.append(renames[text(child)])
-            cursor = child.end_byte - base
-    pieces.append(data[cursor:].decode("utf-8"))
-    return "".join(pieces)
+def _renamed(tree: KernelTree, node: Node, renames: dict[str, str]) -> str:
+    return tree.substituted(node, lambda n: renames.get(text(n)) if n.type == "identifier" else None)
 
 
 def _indent_of(helper: Node, statement: Node) -> str:

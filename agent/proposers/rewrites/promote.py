@@ -15,7 +15,7 @@ from cuda_agent.agent.analysis.facts import Access, Loop
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, line_indent, walk
+from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, fresh_names, line_indent, walk
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -146,8 +146,5 @@ def _stored_before(tree: KernelTree, loop: Loop, place: str) -> str | None:
 
 def _fresh(place: str, taken: set[str]) -> str:
     stem = "".join(c if c.isalnum() or c == "_" else " " for c in place.split("[")[0]).split()[-1]
-    name = f"{stem}_sum"
-    while name in taken:
-        name += "_"
-    taken.add(name)
+    (name,) = fresh_names(taken, f"{stem}_sum")
     return name

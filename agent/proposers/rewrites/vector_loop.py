@@ -22,6 +22,7 @@ from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
     candidate_from,
+    fresh_names,
     line_indent,
     local_names,
     walk,
@@ -161,34 +162,25 @@ def _streams(
         node = group[0].node
         array, index = node.child_by_field_name("argument"), node.child_by_field_name("indices")
         assert array is not None and index is not None
-        place = f"&{tree.text(array)}[{_substituted(tree, index.named_children[0], loop.variable, first)}]"
+        at_first = tree.substituted(
+            index.named_children[0], lambda n: first if _is_name(n, loop.variable) else None
+        )
+        place = f"&{tree.text(array)}[{at_first}]"
         stored = any(a.write for a in group)
         conditional = any(a.write and not _unconditional(a.node, loop) for a in group)
         loaded = any(a.read for a in group) or conditional
-        name = f"{_stem(tree.text(array))}_v"
-        while name in taken:
-            name += "_"
-        taken.add(name)
+        (name,) = fresh_names(taken, f"{_stem(tree.text(array))}_v")
         streams.append(_Stream(name, parameter.type, place, loaded, stored, tuple(a.node for a in group)))
     return streams
+
+
+def _is_name(node: Node, name: str) -> bool:
+    return node.type == "identifier" and text(node) == name
 
 
 def _stem(expression: str) -> str:
     word = "".join(c if c.isalnum() or c == "_" else " " for c in expression).split()
     return word[-1] if word else "v"
-
-
-def _substituted(tree: KernelTree, node: Node, name: str, replacement: str) -> str:
-    """The node's text with every use of `name` spelled `replacement`."""
-    data = tree.data
-    pieces, cursor = [], node.start_byte
-    for child in walk(node):
-        if child.type == "identifier" and text(child) == name and child.start_byte >= cursor:
-            pieces.append(data[cursor : child.start_byte].decode("utf-8"))
-            pieces.append(replacement)
-            cursor = child.end_byte
-    pieces.append(data[cursor : node.end_byte].decode("utf-8"))
-    return "".join(pieces)
 
 
 def _unconditional(node: Node, loop: Loop) -> bool:
@@ -271,28 +263,23 @@ def _body_text(tree: KernelTree, loop: Loop, streams: list[_Stream], element: st
     inner = body.named_children if body.type == "compound_statement" else [body]
     lines: list[str] = []
     base = None
+
+    def registered(node: Node) -> str | None:
+        return (
+            replacements.get((node.start_byte, node.end_byte))
+            if node.type == "subscript_expression"
+            else None
+        )
+
     for statement in inner:
         if statement.type == "comment":
             continue
-        written = _replaced(tree, statement, replacements)
+        written = tree.substituted(statement, registered)
         indent = line_indent(tree, statement)
         base = indent if base is None else base
         for n, line in enumerate(written.split("\n")):
             lines.append(line if n == 0 else (line[len(base) :] if line.startswith(base) else line.lstrip()))
     return lines
-
-
-def _replaced(tree: KernelTree, node: Node, replacements: dict[tuple[int, int], str]) -> str:
-    data = tree.data
-    pieces, cursor = [], node.start_byte
-    for child in walk(node):
-        key = (child.start_byte, child.end_byte)
-        if child.type == "subscript_expression" and key in replacements and child.start_byte >= cursor:
-            pieces.append(data[cursor : child.start_byte].decode("utf-8"))
-            pieces.append(replacements[key])
-            cursor = child.end_byte
-    pieces.append(data[cursor : node.end_byte].decode("utf-8"))
-    return "".join(pieces)
 
 
 def _bound_text(tree: KernelTree, condition: Node, variable: str) -> str:

@@ -32,8 +32,8 @@ from cuda_agent.agent.analysis.facts import (
     Loop,
     Reduction,
 )
-from cuda_agent.agent.analysis.forms import LANE, THREAD_ATOMS, Form
-from cuda_agent.agent.analysis.values import text, unwrap
+from cuda_agent.agent.analysis.forms import LANE, Form
+from cuda_agent.agent.analysis.values import unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
 from cuda_agent.agent.proposers.rewrites._combine import (
@@ -167,8 +167,7 @@ def _owners(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Owner], set[int
     owners: list[_Owner] = []
     batch: set[int] = set()
     for index in facts.indices:
-        mentions_builtin = any(text(n).replace(" ", "") in THREAD_ATOMS for n in walk(index.declaration))
-        if not mentions_builtin:
+        if not index.direct:
             continue  # derived from another index by name: follows it
         plain = [a for a in "yz" if index.form == Form.atom(f"blockIdx.{a}")]
         if plain:

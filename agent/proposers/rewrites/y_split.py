@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, declared_values
 from cuda_agent.agent.analysis.facts import FIND_FIRST, Loop
-from cuda_agent.agent.analysis.forms import LANE, THREAD_ATOMS, Form
+from cuda_agent.agent.analysis.forms import LANE, Form
 from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, bound_terms
@@ -64,9 +64,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
         raise Unsupported("no bounds check, or not a 1-D launch")
     if facts.uses_shared or facts.barriers or facts.atomics or facts.thread_uses or facts.unmodelled:
         raise Unsupported("shared memory, barriers, atomics or builtins in the body")
-    mapped = [
-        i for i in facts.indices if any(text(n).replace(" ", "") in THREAD_ATOMS for n in walk(i.declaration))
-    ]
+    mapped = [i for i in facts.indices if i.direct]
     if len(mapped) != 1 or mapped[0].axis != "x" or guard.bound_of(mapped[0].name) is None:
         raise Unsupported("not one bounded global index along x")
     loops = [loop for loop in facts.loops if loop.depth == 0]
@@ -144,7 +142,7 @@ def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, height: int) -> str:
     after = [tree.text(s) for s in inner[at + 1 :]]
     lines = [*before, f"const bool {names['inside']} = {flag};", *hoisted, f"if ({names['inside']}) {{"]
     lines += [unit + line for line in prefix]
-    lines += [unit + line for line in _split_loop(tree, loop, names).split("\n")]
+    lines += [unit + line for line in _split_loop(tree, loop).split("\n")]
     lines.append("}")
     lines += _merged(tree, loop, names, height)
     lines.append(f"if ({names['inside']} && threadIdx.y == 0) {{")
@@ -154,7 +152,7 @@ def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, height: int) -> str:
     return "{\n" + "\n".join(indent + line if line else "" for line in "\n".join(lines).split("\n")) + "\n}"
 
 
-def _split_loop(tree: KernelTree, loop: Loop, names: dict[str, str]) -> str:
+def _split_loop(tree: KernelTree, loop: Loop) -> str:
     """The loop as written, starting at threadIdx.y past its start and stepping by blockDim.y."""
     base = loop.node.start_byte
     source = tree.data[base : loop.node.end_byte].decode("utf-8")

@@ -243,19 +243,7 @@ def rendered_statements(
 
 def rewritten_statement(tree: KernelTree, statement: Node, new_indent: str, substitute: Substitution) -> str:
     """One statement at `new_indent`, with every node `substitute` gives a text for replaced by it."""
-    edits: list[Edit] = []
-    inside = -1
-    for node in walk_with_comments(statement):
-        if node.start_byte < inside:
-            continue
-        text = substitute(node)
-        if text is not None:
-            edits.append((node.start_byte, node.end_byte, text))
-            inside = node.end_byte
-    data = tree.data[statement.start_byte : statement.end_byte]
-    for start, end, text in sorted(edits, key=lambda e: e[0], reverse=True):
-        data = data[: start - statement.start_byte] + text.encode() + data[end - statement.start_byte :]
-    return reindent(data.decode("utf-8"), tree.indent_at(statement.start_byte), new_indent)
+    return reindent(tree.substituted(statement, substitute), tree.indent_at(statement.start_byte), new_indent)
 
 
 def _fresh(name: str, taken: set[str]) -> str:
