@@ -8,6 +8,7 @@ answers that go through the same protocol types as the real worker's. `RecordedS
       "device": {"name": "NVIDIA H200", "compute_capability": [9, 0], ..., "ceilings": {...}},
       "kernels": {
         "saxpy": {
+          "run_s": 0.5,
           "original_ms": 0.0832,
           "candidates": [{"block": [256], "median_ms": 0.0653}],
           "rejected": [{"block": [1024], "check": "mismatch", "message": "..."}]
@@ -17,9 +18,12 @@ answers that go through the same protocol types as the real worker's. `RecordedS
 
 Rules, deliberately few: a kernel is matched by its name and the block of its benchmark launch. A listed
 candidate gets its recorded time; a listed rejection fails verification with the given check; every other
-launch of a recorded kernel verifies and times like the original ("no gain"). A kernel the recording does
-not name is a `bad_request`, so a test can never pass on made-up numbers. The device's driver version is
-"recorded", so results cached from a recording never mix with a real GPU's (the cache keys hold it).
+launch of a recorded kernel verifies and times like the original ("no gain"). `run_s` (optional, 0 by
+default) is how long each verify or time answer takes, as a GPU's runs would: a test that needs a job to
+still hold the GPU when its next step arrives sets it, instead of racing a job that ends in a second. A
+kernel the recording does not name is a `bad_request`, so a test can never pass on made-up numbers. The
+device's driver version is "recorded", so results cached from a recording never mix with a real GPU's
+(the cache keys hold it).
 
 Chosen by `Engine.device()` when CUDA_AGENT_RECORDED_WORKER names a recording.
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +65,7 @@ CHECKS = ("mismatch", "unwritten", "out_of_bounds", "input_modified", "nondeterm
 @dataclass(frozen=True)
 class RecordedKernel:
     original_ms: float
+    run_s: float
     candidates: dict[tuple[int, ...], float]  # block → median ms
     rejected: dict[tuple[int, ...], tuple[str, str]]  # block → (check, message)
 
@@ -102,6 +108,7 @@ class RecordedSandbox:
         kernels = {
             name: RecordedKernel(
                 original_ms=k["original_ms"],
+                run_s=float(k.get("run_s", 0.0)),
                 candidates={_block(c["block"]): c["median_ms"] for c in k.get("candidates", [])},
                 rejected={_block(r["block"]): (r["check"], r["message"]) for r in k.get("rejected", [])},
             )
@@ -118,6 +125,7 @@ class RecordedSandbox:
         recorded = self._recorded(request.candidate)
         if isinstance(recorded, WorkerError):
             return recorded
+        time.sleep(recorded.run_s)
         labels = tuple(p.label for p in request.problems)
         seeds = tuple(range(request.input_sets))
         notes = (f"recorded result ({RECORDED_WORKER_ENV}), not a run on this machine",)
@@ -134,6 +142,7 @@ class RecordedSandbox:
             recorded = self._recorded(kernel)
             if isinstance(recorded, WorkerError):
                 return recorded
+            time.sleep(recorded.run_s)
             median = recorded.original_ms
             if kernel.label != "original":
                 median = recorded.candidates.get(_block(kernel.launches[0].block), median)

@@ -146,16 +146,23 @@ class OptimizationJobs:
             return False
         job.stopped = True
         if not job.started:
-            job.task.cancel()
+            self._drop(uri, kernel, job)
         return True
 
     def text_changed(self, uri: str, version: int) -> None:
         """The document's text is now `version`. Its queued jobs for older text could never be shown, so
         they go before they start (a save of a big file queues a job for every kernel, and each would
         open and close a progress bar); a running one stops at its next candidate."""
-        for (job_uri, _), job in list(self._jobs.items()):
-            if job_uri == uri and job.version != version and not job.started and job.task is not None:
-                job.task.cancel()
+        for (job_uri, kernel), job in list(self._jobs.items()):
+            if job_uri == uri and job.version != version and not job.started:
+                self._drop(uri, kernel, job)
+
+    def _drop(self, uri: str, kernel: str, job: Job) -> None:
+        """Cancel a queued job and forget it now: its task is done only at the loop's next turn, and a
+        request in between (a cancel, a new optimize) must already find it gone."""
+        if job.task is not None:
+            job.task.cancel()
+        del self._jobs[(uri, kernel)]
 
     def reject(self, document: Document, kernel: str) -> bool:
         """Forget the kernel's suggestion and publish without it; a search still running for this text

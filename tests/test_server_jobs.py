@@ -7,6 +7,7 @@ The recording holds what the H200 measured for examples/elementwise.cu: saxpy wi
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,35 @@ def make_client() -> LanguageClient:
     )
 )
 async def client(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=client_capabilities("visual-studio-code"))
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+def slow_recording() -> Path:
+    """The same recording with every verify and time answer taking 0.5 s, as a GPU's runs would: saxpy's
+    job then holds the GPU for seconds, not the one second compiling takes (a race on a slow box)."""
+    data = json.loads(RECORDING.read_text())
+    data["kernels"]["saxpy"]["run_s"] = 0.5
+    path = Path(tempfile.mkdtemp(prefix="cuda-agent-slow-recording-")) / "elementwise_h200_slow.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(
+        server_command=SERVE,
+        server_env={
+            **SERVER_ENV,
+            "CUDA_AGENT_RECORDED_WORKER": str(slow_recording()),
+            "CUDA_AGENT_CACHE_DIR": tempfile.mkdtemp(prefix="cuda-agent-jobs-cache-"),
+        },
+        client_factory=make_client,
+    )
+)
+async def slow_client(lsp_client: LanguageClient):
     await lsp_client.initialize_session(
         types.InitializeParams(capabilities=client_capabilities("visual-studio-code"))
     )
@@ -219,10 +249,11 @@ async def test_an_edit_during_the_job_leaves_no_stale_suggestion(client: Languag
     assert await rewrite_actions(client, uri, []) == []
 
 
-async def test_an_edit_drops_the_queued_jobs_of_the_old_text(client: LanguageClient, tmp_path: Path):
+async def test_an_edit_drops_the_queued_jobs_of_the_old_text(slow_client: LanguageClient, tmp_path: Path):
     """A save of a big file queues a job for every kernel: after an edit none of them may start (each
     would flash a progress bar, for a result that could never be shown)."""
-    uri = await open_and_optimize(client, tmp_path, "queued.cu")  # saxpy holds the GPU
+    client = slow_client
+    uri = await open_and_optimize(client, tmp_path, "queued.cu")  # saxpy holds the GPU for seconds
     optimize_relu = types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "relu"])
     assert (await client.workspace_execute_command_async(optimize_relu))["started"] is True
     replace_text(client, uri, ELEMENTWISE.replace("// Element-wise", "// Edited element-wise"), version=2)
