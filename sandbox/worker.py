@@ -109,6 +109,13 @@ class _Beat:
                     self.last = now
 
 
+NO_DRIVER = "no NVIDIA GPU with a working driver was found on this machine"
+WITHOUT_GPU = (
+    "Without one, compiling, spec checks and every editor feature still work; verifying and timing "
+    "rewrites need a GPU (run on a machine with one, or connect to a remote GPU box)"
+)
+
+
 def _start_cuda(gpu_index: int) -> tuple[Any, WorkerError | None]:
     """Import CuPy and make `gpu_index` current with a context, or say plainly why there is no GPU."""
     os.environ.setdefault("CUPY_TF32", "0")  # the float32 ceiling is plain SGEMM, never TF32
@@ -123,7 +130,8 @@ def _start_cuda(gpu_index: int) -> tuple[Any, WorkerError | None]:
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # no driver, or no device: CUDARuntimeError
-        return None, WorkerError("no_gpu", f"no CUDA GPU is visible: {exc}")
+        # CUDA's own words for a missing driver ("driver version is insufficient") mislead: say what it is.
+        return None, WorkerError("no_gpu", f"{NO_DRIVER} (CUDA said: {exc}). {WITHOUT_GPU}")
     if not 0 <= gpu_index < count:
         return None, WorkerError("no_gpu", f"GPU index {gpu_index} does not exist: {count} GPU(s) visible")
     try:

@@ -21,7 +21,14 @@ from typing import NoReturn
 from cuda_agent.server.access import TOKEN_ENV, is_loopback
 from cuda_agent.server.app import CudaAgentServer, create_server
 from cuda_agent.server.backend import Backend
-from cuda_agent.server.framing import FrameReader, StdinChunks, handle_body, serve_messages, stream_chunks
+from cuda_agent.server.framing import (
+    MAX_MESSAGE_BYTES,
+    FrameReader,
+    StdinChunks,
+    handle_body,
+    serve_messages,
+    stream_chunks,
+)
 from pygls.io_ import StdoutWriter, WebSocketWriter
 
 logger = logging.getLogger(__name__)
@@ -172,7 +179,8 @@ async def serve_ws(
             _end(server)
             logger.info("client disconnected: %s", websocket.remote_address)
 
-    async with serve(session, host, port) as listener:
+    # websockets' own cap is 1 MiB: opening a 30,000-line file would close the session. The stdio cap, then.
+    async with serve(session, host, port, max_size=MAX_MESSAGE_BYTES) as listener:
         bound = next(iter(listener.sockets)).getsockname()
         if on_listening is not None:
             on_listening(str(bound[0]), int(bound[1]))

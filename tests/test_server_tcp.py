@@ -40,7 +40,9 @@ async def tcp_server(*options: str, transport: str = "--tcp") -> AsyncIterator[i
         await process.wait()
 
 
-async def session(port: int, token: str | None = None, transport: str = "--tcp") -> list[types.CodeLens]:
+async def session(
+    port: int, token: str | None = None, transport: str = "--tcp", text: str = KERNEL
+) -> list[types.CodeLens]:
     """One client: connect, initialize, open a file, ask for code lens, shut down, exit, disconnect."""
     client = LanguageClient("tcp-test", "1")
     if transport == "--ws":
@@ -58,7 +60,7 @@ async def session(port: int, token: str | None = None, transport: str = "--tcp")
         uri = "file:///remote/axpy.cu"
         client.text_document_did_open(
             types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(uri=uri, language_id="cuda", version=1, text=KERNEL)
+                text_document=types.TextDocumentItem(uri=uri, language_id="cuda", version=1, text=text)
             )
         )
         lenses = await client.text_document_code_lens_async(
@@ -77,6 +79,27 @@ async def test_serves_one_client_after_another(transport: str):
         for _ in range(3):
             lenses = await asyncio.wait_for(session(port, transport=transport), timeout=30)
             assert next(lens.command.title for lens in lenses if lens.command) == "▶ Optimize"
+
+
+@pytest.mark.parametrize("transport", ["--tcp", "--ws"])
+async def test_serves_several_clients_at_once(transport: str):
+    async with tcp_server(transport=transport) as port:
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(session(port, transport=transport) for _ in range(6))), timeout=60
+        )
+        for lenses in answers:
+            assert next(lens.command.title for lens in lenses if lens.command) == "▶ Optimize"
+
+
+@pytest.mark.parametrize("transport", ["--tcp", "--ws"])
+async def test_a_file_of_several_mebibytes_opens(transport: str):
+    """websockets caps a message at 1 MiB unless told otherwise: a big generated file would end the
+    session. Every transport takes what stdio takes."""
+    padding = "// " + "x" * 200 + "\n"
+    text = padding * 15_000 + KERNEL  # ~3 MiB
+    async with tcp_server(transport=transport) as port:
+        lenses = await asyncio.wait_for(session(port, transport=transport, text=text), timeout=60)
+        assert [lens.range.start.line for lens in lenses if lens.command.title == "▶ Optimize"] == [15_000]
 
 
 async def test_a_client_that_vanishes_mid_session_does_not_end_the_server():
