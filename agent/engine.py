@@ -7,7 +7,7 @@ Every step's result is plain data, cached on disk by everything it depends on.
 from __future__ import annotations
 
 import importlib.metadata
-import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 from cuda_agent.agent.cache import ResultCache, result_key
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.compile_environment import CompileEnvironment, compile_in, environment_for
+from cuda_agent.agent.executors import Executor, PoolSettings, open_executor
 from cuda_agent.agent.spec import KernelSpec, SpecResolveError, resolve
 from cuda_agent.agent.targets import KernelTarget, automatic_verify_points, problems_for, with_block
 from cuda_agent.sandbox.children import kill_running
-from cuda_agent.sandbox.client import Sandbox
 from cuda_agent.sandbox.plan import KernelUnderTest, LaunchPlan, Problem
 from cuda_agent.sandbox.protocol import (
     TimeRequest,
@@ -27,7 +27,6 @@ from cuda_agent.sandbox.protocol import (
     TorchTimingResult,
     VerifyRequest,
 )
-from cuda_agent.sandbox.recorded import RECORDED_WORKER_ENV, RecordedSandbox
 from cuda_agent.sandbox.reports import (
     CompileResult,
     DeviceInfo,
@@ -40,9 +39,7 @@ from cuda_agent.sandbox.sanitizer import (
     SanitizerReport,
     SanitizerRequest,
     SanitizerSettings,
-    find_compute_sanitizer,
     not_checked,
-    sanitize,
 )
 
 DEFAULT_ARCH = "sm_90"  # without a GPU to ask, compile for the H100/H200 generation
@@ -112,30 +109,56 @@ class Progress:
 
 
 class Engine:
-    def __init__(self, settings: EngineSettings | None = None, cache: ResultCache | None = None) -> None:
+    """Thread-safe: several kernels' searches may share one engine (repository mode), their requests
+    spread over the executor's GPUs."""
+
+    def __init__(
+        self,
+        settings: EngineSettings | None = None,
+        cache: ResultCache | None = None,
+        pool: PoolSettings | None = None,
+    ) -> None:
         self.settings = settings or EngineSettings()
         self.cache = cache or ResultCache(enabled=self.settings.use_cache)
-        self._sandbox: Sandbox | RecordedSandbox | None = None
+        self.pool = pool or PoolSettings()
+        self._executor: Executor | None = None
         self._device: DeviceInfo | WorkerError | None = None
+        self._device_lock = threading.Lock()
+        self._open_lock = threading.Lock()
 
     # -- the GPU ---------------------------------------------------------------------------------------
 
     def device(self) -> DeviceInfo | WorkerError:
         """The GPU with measured ceilings (measured once per device and cached), or why there is none."""
-        if self._device is None:
-            self._sandbox = _open_sandbox(self.settings)
-            info = self._sandbox.device_info(measure_ceilings=False)
-            if isinstance(info, DeviceInfo):
-                key = result_key("ceilings", info.name, info.compute_capability, info.driver_version)
-                ceilings = self.cache.get(key)
-                if ceilings is None:
-                    measured = self._sandbox.device_info(measure_ceilings=True)
-                    ceilings = measured.ceilings if isinstance(measured, DeviceInfo) else None
-                    if ceilings is not None:
-                        self.cache.set(key, ceilings)
-                info = replace(info, ceilings=ceilings)
-            self._device = info
-        return self._device
+        with self._device_lock:
+            if self._device is None:
+                executor = self._opened()
+                info = executor.device_info(measure_ceilings=False)
+                if isinstance(info, DeviceInfo):
+                    key = result_key("ceilings", info.name, info.compute_capability, info.driver_version)
+                    ceilings = self.cache.get(key)
+                    if ceilings is None:
+                        measured = executor.device_info(measure_ceilings=True)
+                        ceilings = measured.ceilings if isinstance(measured, DeviceInfo) else None
+                        if ceilings is not None:
+                            self.cache.set(key, ceilings)
+                    info = replace(info, ceilings=ceilings)
+                self._device = info
+            return self._device
+
+    def _opened(self) -> Executor:
+        """The executor, opened on first use (a Ray pool joins its cluster and starts its actors then)."""
+        with self._open_lock:
+            if self._executor is None:
+                self._executor = open_executor(self.pool, self.settings.gpu_index, self.settings.timeout_s)
+            return self._executor
+
+    @property
+    def executor(self) -> Executor:
+        """Where requests run (opened by the first device query)."""
+        self.device()
+        assert self._executor is not None
+        return self._executor
 
     @property
     def gpu(self) -> DeviceInfo | None:
@@ -149,16 +172,16 @@ class Engine:
         return self.gpu.arch if self.gpu else DEFAULT_ARCH
 
     def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
+        if self._executor is not None:
+            self._executor.close()
         self.cache.close()
 
     def kill(self) -> None:
         """Stop now, from any thread, for a process that is leaving: the GPU worker and every compiler or
         sanitizer process still running are killed (a step on the engine's thread may be minutes from
         its end, and `close` would wait for it)."""
-        if self._sandbox is not None:
-            self._sandbox.kill()
+        if self._executor is not None:
+            self._executor.kill()
         kill_running()
 
     def __enter__(self) -> Engine:
@@ -196,7 +219,7 @@ class Engine:
             spec_flags=spec.flags if spec is not None else (),
         )
 
-    def _device_key(self) -> tuple[object, ...]:
+    def device_key(self) -> tuple[object, ...]:
         gpu = self.gpu
         return (gpu.name, gpu.compute_capability, gpu.driver_version) if gpu else ("no-gpu",)
 
@@ -213,7 +236,7 @@ class Engine:
         device = self.device()
         if isinstance(device, WorkerError):
             return Baseline(target, spec, problems, kernel, compiled, error=device)
-        key = result_key("baseline", kernel.compiled, problems, launches, self._device_key(), self.settings)
+        key = result_key("baseline", kernel.compiled, problems, launches, self.device_key(), self.settings)
         cached = self.cache.get(key)
         if isinstance(cached, Baseline):
             return replace(cached, target=target)
@@ -286,21 +309,51 @@ class Engine:
         on_result: Callable[[CandidateResult], None] | None,
         keep_going: Callable[[], bool] | None,
     ) -> list[CandidateResult]:
-        results = []
-        for candidate, compiling in zip(candidates, compiled, strict=True):
-            if keep_going is not None and not keep_going():
-                break
-            compile_result = compiling.result()
-            result = self._evaluate_one(baseline, candidate, compile_result)
-            results.append(result)
-            if progress is not None:
-                progress.done += 1
-                progress.results.append(result)
-                if result.faster and result.speedup:
-                    progress.best_speedup = max(progress.best_speedup, result.speedup)
-            if on_result is not None:
-                on_result(result)
-        return results
+        """Each candidate on the next free worker, as many at once as the executor has workers; results in
+        the candidates' order, `on_result` called as each ends (one call at a time)."""
+        lock = threading.Lock()
+        results: dict[int, CandidateResult] = {}
+
+        def run(index: int, candidate: Candidate, compiling: Future[CompileResult]) -> None:
+            result = self._evaluate_one(baseline, candidate, compiling.result())
+            with lock:
+                results[index] = result
+                if progress is not None:
+                    progress.done += 1
+                    progress.results.append(result)
+                    if result.faster and result.speedup:
+                        progress.best_speedup = max(progress.best_speedup, result.speedup)
+                if on_result is not None:
+                    on_result(result)
+
+        workers = self._opened().workers
+        if workers <= 1:
+            for index, (candidate, compiling) in enumerate(zip(candidates, compiled, strict=True)):
+                if keep_going is not None and not keep_going():
+                    break
+                run(index, candidate, compiling)
+            return [results[i] for i in sorted(results)]
+        # A candidate starts only when a worker is free, so `keep_going` (the budget) is asked when it
+        # could start, as in the sequential loop, not once for the whole batch.
+        free = threading.Semaphore(workers)
+
+        def run_and_free(index: int, candidate: Candidate, compiling: Future[CompileResult]) -> None:
+            try:
+                run(index, candidate, compiling)
+            finally:
+                free.release()
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cuda-agent-candidate") as threads:
+            running = []
+            for index, (candidate, compiling) in enumerate(zip(candidates, compiled, strict=True)):
+                free.acquire()
+                if keep_going is not None and not keep_going():
+                    free.release()
+                    break
+                running.append(threads.submit(run_and_free, index, candidate, compiling))
+            for future in running:
+                future.result()  # a bug of ours in one candidate's evaluation is raised here, as before
+        return [results[i] for i in sorted(results)]
 
     def _evaluate_one(
         self, baseline: Baseline, candidate: Candidate, compiled: CompileResult
@@ -314,7 +367,7 @@ class Engine:
         kernel = KernelUnderTest(compiled.kernel, launches, label="candidate")
         key = result_key(
             "candidate", baseline.kernel.compiled, kernel.compiled, baseline.problems, launches,
-            self._device_key(), self.settings,
+            self.device_key(), self.settings,
         )  # fmt: skip
         cached = self.cache.get(key)
         if isinstance(cached, CandidateResult):
@@ -364,13 +417,12 @@ class Engine:
             ceilings_tflops=ceilings.flops_tflops.get(problem.flop_dtype) if ceilings else None,
             compile=compile,
         )
-        key = result_key("torch", request, self._device_key(), _installed_version("torch"))
+        key = result_key("torch", request, self.device_key(), _installed_version("torch"))
         cached = self.cache.get(key)
         if isinstance(cached, TorchTimingResult):
             return cached
-        assert self._sandbox is not None
         # torch.compile's long first call is announced by the worker's heartbeats, not taken for a hang.
-        result = self._sandbox.time_torch(request)
+        result = self.executor.time_torch(request)
         if isinstance(result, TorchTimingResult) and result.eager is not None:
             self.cache.set(key, result)
         return result
@@ -383,7 +435,7 @@ class Engine:
         GPU is held meanwhile: no verify or time request runs beside it. Cached like other results by the
         kernel, the problems, the launches and the device; a report that could not check is not kept."""
         settings = settings or SanitizerSettings()
-        executable = find_compute_sanitizer()
+        executable = self._opened().sanitizer()  # where the GPUs are
         if executable is None:
             return not_checked(NOT_FOUND)
         device = self.device()
@@ -399,7 +451,7 @@ class Engine:
         if isinstance(launches, WorkerError):
             return not_checked(launches.message, executable=executable)
         key = result_key(
-            "sanitizer", compiled.kernel, baseline.problems, launches, self._device_key(), settings,
+            "sanitizer", compiled.kernel, baseline.problems, launches, self.device_key(), settings,
             executable,
         )  # fmt: skip
         cached = self.cache.get(key)
@@ -407,14 +459,8 @@ class Engine:
             return cached
         request = SanitizerRequest(
             compiled.kernel, baseline.problems, launches, candidate.source, str(baseline.target.path),
-            self.settings.gpu_index,
         )  # fmt: skip
-        assert self._sandbox is not None
-        with self._sandbox.exclusive():
-            try:
-                report = sanitize(request, settings, executable)
-            except Exception as exc:  # a bug of ours, a broken install: unchecked, and it says so
-                return not_checked(f"the check failed: {exc!r}", executable=executable)
+        report = self.executor.sanitize(request, settings)  # on a worker's GPU, holding it
         if report.status != "not_checked":
             self.cache.set(key, report)
         return report
@@ -446,21 +492,10 @@ class Engine:
         )
 
     def _sandbox_verify(self, request: VerifyRequest) -> VerificationReport | WorkerError:
-        assert self._sandbox is not None
-        return self._sandbox.verify(request)
+        return self.executor.verify(request)
 
     def _sandbox_time(self, request: TimeRequest) -> TimingResult | WorkerError:
-        assert self._sandbox is not None
-        return self._sandbox.time(request)
-
-
-def _open_sandbox(settings: EngineSettings) -> Sandbox | RecordedSandbox:
-    """The real GPU worker; or, for tests and CI only, a recording named by CUDA_AGENT_RECORDED_WORKER
-    (sandbox/recorded.py), answering through the same protocol types where there is no GPU."""
-    recording = os.environ.get(RECORDED_WORKER_ENV)
-    if recording:
-        return RecordedSandbox.from_file(recording)
-    return Sandbox(gpu_index=settings.gpu_index, timeout_s=settings.timeout_s)
+        return self.executor.time(request)
 
 
 def _reference_for(problems: Sequence[Problem], original: KernelUnderTest) -> KernelUnderTest | None:

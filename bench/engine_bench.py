@@ -77,8 +77,7 @@ def main() -> None:
         rows.append(("1 ms kernel: median time", f"{baseline.timing.median_ms:.3f} ms", ""))
         rows.append(("1 ms kernel: compile + verify + time, warm worker", f"{warm:.2f} s", "≤ 2 s"))
         rows.append(("  the same, first in a worker (imports torch)", f"{cold:.2f} s", ""))
-        sandbox = engine._sandbox
-        assert sandbox is not None
+        sandbox = engine.executor
         kernel = baseline.kernel
         start = time.perf_counter()
         report = sandbox.verify(VerifyRequest(kernel, baseline.problems, None))

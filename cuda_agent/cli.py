@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,9 @@ from cuda_agent.agent.candidates import OF_THE_REWRITE, Candidate, CandidateResu
 from cuda_agent.agent.compile_environment import absolute_include_dir, define_problem, flag_problem
 from cuda_agent.agent.engine import Engine, EngineSettings
 from cuda_agent.agent.engine import Progress as JobProgress
+from cuda_agent.agent.executors import PoolSettings
+from cuda_agent.agent.executors.base import RAY_ADDRESS_ENV
+from cuda_agent.agent.executors.ray_pool import RayUnavailable
 from cuda_agent.agent.llm import LLM_PROPOSER
 from cuda_agent.agent.llm.settings import (
     LlmBudget,
@@ -34,11 +38,13 @@ from cuda_agent.agent.llm.settings import (
 )
 from cuda_agent.agent.llm.transcript import render_markdown
 from cuda_agent.agent.optimize import PROPOSER_NAMES, PROPOSERS, optimize
+from cuda_agent.agent.repository import RunSettings, SourceError, find_sources, optimize_repository
 from cuda_agent.agent.rewrite import unified_diff
 from cuda_agent.agent.search import SearchBudget
 from cuda_agent.agent.spec import SpecError
 from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
 from cuda_agent.line_endings import in_line_endings_of
+from cuda_agent.repository_view import LiveProgress, summary_table, totals_line
 from cuda_agent.sandbox.reports import CompileResult, DeviceInfo, WorkerError
 from cuda_agent.sandbox.sanitizer import NOT_FOUND, find_compute_sanitizer, sanitizer_version
 from cuda_agent.tables import (
@@ -73,6 +79,20 @@ def _parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--gpu", type=int, default=0, help="GPU index (default 0)")
+        pool = p.add_argument_group("a pool of GPUs (requests spread over them)")
+        pool.add_argument(
+            "--gpus", type=_gpu_list, metavar="0,1,…", default=(),
+            help="one worker per GPU of this machine, these indices",
+        )  # fmt: skip
+        pool.add_argument(
+            "--ray", metavar="ADDRESS", default=None,
+            help=f"a Ray cluster's GPUs, one worker actor each (auto: the cluster running here; local: start "
+            f"one on this machine; default ${RAY_ADDRESS_ENV}); needs cuda-agent[cluster]",
+        )  # fmt: skip
+        pool.add_argument(
+            "--ray-workers", type=int, metavar="N", default=None,
+            help="worker actors to start (default: one per GPU of the cluster)",
+        )  # fmt: skip
         p.add_argument("--timeout", type=float, default=5.0, help="seconds before a launch counts as hung")
         p.add_argument("--arch", help="compile for this target (default: the GPU's, else sm_90)")
         p.add_argument("--no-cache", action="store_true", help="ignore and do not store cached results")
@@ -99,9 +119,16 @@ def _parser() -> argparse.ArgumentParser:
     compile_options(check)
     common(check)
 
-    opt = sub.add_parser("optimize", help="search for verified, faster rewrites")
-    opt.add_argument("file", type=Path)
-    opt.add_argument("--kernel", help="only this kernel")
+    opt = sub.add_parser(
+        "optimize",
+        help="search for verified, faster rewrites of a file's kernels, or of a whole repository's",
+    )
+    opt.add_argument(
+        "paths", type=Path, nargs="+", metavar="PATH",
+        help="a .cu file, or several files and folders (their .cu/.cuh files, .gitignore honoured): "
+        "every kernel with a spec, written or inferred, over the GPUs at once",
+    )  # fmt: skip
+    opt.add_argument("--kernel", help="only this kernel (one file only)")
     opt.add_argument(
         "--proposer", action="append", choices=sorted(PROPOSER_NAMES),
         help="default: all offline ones; llm: a language model that revises its rewrites from the engine's "
@@ -205,9 +232,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     if args.command == "serve":
         return cmd_serve(settings, args)
+    pool = PoolSettings.from_environment(
+        getattr(args, "gpus", ()), getattr(args, "ray", None), getattr(args, "ray_workers", None)
+    )
     try:
-        with Engine(settings) as engine:
+        with Engine(settings, pool=pool) as engine:
             return COMMANDS[args.command](engine, args)
+    except RayUnavailable as exc:
+        err.print(f"[bold red]cuda-agent: error:[/] --ray: {escape(str(exc))}")
+        return 2
     except UsageError as exc:
         err.print(f"[bold red]cuda-agent: error:[/] {exc}")
         return 2
@@ -217,6 +250,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
+
+
+def _gpu_list(text: str) -> tuple[int, ...]:
+    try:
+        indices = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: GPU indices separated by commas, as 0,1,2") from None
+    if not indices or any(i < 0 for i in indices) or len(set(indices)) != len(indices):
+        raise argparse.ArgumentTypeError(f"{text!r}: distinct GPU indices separated by commas, as 0,1,2")
+    return indices
 
 
 def _include_dir(text: str) -> str:
@@ -362,6 +405,11 @@ def _print_compile_diagnostics(target: KernelTarget, result: CompileResult) -> N
 
 
 def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
+    if len(args.paths) > 1 or args.paths[0].is_dir():
+        if args.kernel is not None:
+            raise UsageError("--kernel names a kernel of one file; give one file with it")
+        return cmd_optimize_repository(engine, args)
+    args.file = args.paths[0]
     files = _load(args.file)
     _print_spec_errors(args.file, files.spec_errors)
     targets = _select(files, args.kernel)
@@ -443,6 +491,52 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
     if args.llm_transcript is not None and transcripts:
         args.llm_transcript.write_text("\n".join(transcripts), encoding="utf-8")
         console.print(f"wrote the LLM transcript to {relative(args.llm_transcript)}")
+    return 1 if failed else 0
+
+
+def cmd_optimize_repository(engine: Engine, args: argparse.Namespace) -> int:
+    """Every kernel under the paths, over the executor's GPUs: one progress display, one summary table."""
+    try:
+        paths = find_sources(args.paths)
+    except SourceError as exc:
+        raise UsageError(str(exc)) from exc
+    if not paths:
+        raise UsageError(f"no .cu or .cuh file under {', '.join(str(p) for p in args.paths)}")
+    gpu = _gpu_or_explain(engine)
+    if gpu is None:
+        return 1
+    proposers = tuple(args.proposer or PROPOSERS)
+    if LLM_PROPOSER in proposers:
+        raise UsageError("the llm proposer runs on one file at a time: give one file with it")
+    sanitize = args.write if args.sanitize is None else args.sanitize
+    budget = SearchBudget(seconds=args.budget_s, candidates=args.max_candidates)
+    total = sum(len(load_targets(p, p.read_bytes().decode("utf-8", errors="replace")).targets) for p in paths)
+    console.print(f"{total} kernels in {len(paths)} files on {escape(engine.executor.where)}")
+    started = time.monotonic()
+    with LiveProgress(console, total, relative) as live:
+        runs = optimize_repository(engine, paths, RunSettings(proposers, budget, sanitize), live)
+    for run in runs:
+        for message in run.spec_errors:
+            err.print(f"[red]{escape(message)}[/]")
+        if run.error:
+            err.print(f"[red]cuda-agent: {relative(run.path)}: {escape(run.error)}[/]")
+    console.print(summary_table(runs, relative))
+    console.print(totals_line(runs, time.monotonic() - started, engine.executor.where))
+    failed = any(run.error for run in runs) or any(
+        k.outcome is not None and not k.outcome.baseline.usable for run in runs for k in run.kernels
+    )
+    if args.write:
+        for run in runs:
+            if run.rewritten == run.loaded:
+                continue
+            if (refused := _write_rewrite(run.path, run.loaded, run.rewritten)) is not None:
+                err.print(f"[red]cuda-agent: not writing {relative(run.path)}: {escape(refused)}[/]")
+                failed = True
+                continue
+            written = sum(1 for k in run.kernels if k.written)
+            console.print(
+                f"[green]wrote {relative(run.path)}[/] ({written} kernel{'s' if written > 1 else ''})"
+            )
     return 1 if failed else 0
 
 

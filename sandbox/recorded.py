@@ -87,7 +87,12 @@ class RecordedSandbox:
 
     @staticmethod
     def from_file(path: str | Path) -> RecordedSandbox:
-        data: dict[str, Any] = json.loads(Path(path).read_text())
+        return RecordedSandbox.from_data(json.loads(Path(path).read_text()))
+
+    @staticmethod
+    def from_data(data: dict[str, Any]) -> RecordedSandbox:
+        """From the recording's JSON, already read (a Ray actor gets it whole: its node may not have the
+        file)."""
         d = data["device"]
         ceilings = d.get("ceilings")
         device = DeviceInfo(

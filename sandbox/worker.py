@@ -109,11 +109,8 @@ class _Beat:
                     self.last = now
 
 
+# What still works without one is said by whoever shows this (the CLI, the editor), in their terms.
 NO_DRIVER = "no NVIDIA GPU with a working driver was found on this machine"
-WITHOUT_GPU = (
-    "Without one, compiling, spec checks and every editor feature still work; verifying and timing "
-    "rewrites need a GPU (run on a machine with one, or connect to a remote GPU box)"
-)
 
 
 def _start_cuda(gpu_index: int) -> tuple[Any, WorkerError | None]:
@@ -131,7 +128,7 @@ def _start_cuda(gpu_index: int) -> tuple[Any, WorkerError | None]:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # no driver, or no device: CUDARuntimeError
         # CUDA's own words for a missing driver ("driver version is insufficient") mislead: say what it is.
-        return None, WorkerError("no_gpu", f"{NO_DRIVER} (CUDA said: {exc}). {WITHOUT_GPU}")
+        return None, WorkerError("no_gpu", f"{NO_DRIVER} (CUDA said: {exc})")
     if not 0 <= gpu_index < count:
         return None, WorkerError("no_gpu", f"GPU index {gpu_index} does not exist: {count} GPU(s) visible")
     try:

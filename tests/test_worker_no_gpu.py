@@ -28,13 +28,12 @@ def driverless_cupy() -> types.ModuleType:
     return cupy
 
 
-def test_no_driver_is_named_as_such_with_what_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_driver_is_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", driverless_cupy())
     cupy, error = _start_cuda(0)
     assert cupy is None and error is not None and error.kind == "no_gpu"
     assert error.message.startswith("no NVIDIA GPU with a working driver was found")
     assert "driver version is insufficient" in error.message  # CUDA's words kept, for a search
-    assert "editor feature" in error.message and "need a GPU" in error.message
 
 
 def test_without_cupy_the_message_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
