@@ -70,8 +70,8 @@ def merge_runs(paths: Sequence[Path], out: Path) -> int:
     console.print(rich_table(run))
     for line in run_summary_lines(run):
         console.print(line)
-    json_path, markdown_path = write(run, out)
-    console.print(f"wrote {json_path} and {markdown_path.name}")
+    json_path, markdown_path, html_path = write(run, out)
+    console.print(f"wrote {json_path}, {markdown_path.name} and {html_path.name}")
     return 0
 
 

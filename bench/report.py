@@ -17,6 +17,8 @@ from pathlib import Path
 
 from rich.table import Table
 
+from cuda_agent.html_report import KernelEntry, Page, Point, render
+
 
 @dataclass(frozen=True)
 class KernelResult:
@@ -42,6 +44,12 @@ class KernelResult:
     error: str = ""  # why the kernel could not be benchmarked
     suite: str = "classic"  # bench/suite.py's suite; runs written before there were two are all classic
     analysis: str = ""  # what agent/analysis/ found in the original (thread mapping, loops, coalescing)
+    # Where the original and the best sit on the roofline (the HTML page's charts); None: not measured.
+    before_gbs: float | None = None
+    after_gbs: float | None = None
+    before_gflops: float | None = None
+    after_gflops: float | None = None
+    intensity: float | None = None  # FLOP per byte of compulsory traffic, when FLOPs are counted
 
     @property
     def final_ms(self) -> float | None:
@@ -80,6 +88,8 @@ class BenchRun:
     proposers: tuple[str, ...]
     results: tuple[KernelResult, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    copy_gbs: float | None = None  # the GPU's measured ceilings, for the HTML page's charts
+    peak_tflops: float | None = None  # float32
 
     @property
     def summary(self) -> Summary:
@@ -294,10 +304,46 @@ def result_stem(run: BenchRun) -> str:
     return f"{stamp}_{gpu}"
 
 
-def write(run: BenchRun, folder: Path) -> tuple[Path, Path]:
+def to_html(run: BenchRun) -> str:
+    """The run as the same kind of page as `cuda-agent optimize --report` (cuda_agent/html_report.py)."""
+    entries = []
+    for r in run.results:
+        status = "failed" if r.error else "faster" if r.best_ms is not None else "no gain"
+        before = Point(r.before_gbs, r.before_gflops, r.intensity, r.roofline_before)
+        after = Point(r.after_gbs, r.after_gflops, r.intensity, r.roofline_after) if r.best_ms else None
+        entries.append(
+            KernelEntry(
+                r.kernel,
+                f"{r.suite}/{r.file} ({r.problem})",
+                status,
+                r.original_ms,
+                r.best_ms,
+                r.speedup if r.best_ms is not None else None,
+                r.best_description,
+                r.explanation or r.error,
+                before if r.original_ms is not None else None,
+                after,
+                torch_eager_ms=r.torch_eager_ms,
+                torch_compile_ms=r.torch_compile_ms,
+            )
+        )
+    facts = (
+        f"{run.started} · cuda-agent {run.version}",
+        f"budget {run.budget_s:g} s a kernel; proposers: {', '.join(run.proposers)}",
+        *run.notes,
+    )
+    return render(
+        Page(f"cuda-agent bench: {run.gpu}", run.gpu, run.copy_gbs, run.peak_tflops, facts,
+             tuple(run_summary_lines(run)), tuple(entries))
+    )  # fmt: skip
+
+
+def write(run: BenchRun, folder: Path) -> tuple[Path, Path, Path]:
+    """The run's JSON (to compare and merge), Markdown (to read in the repository) and HTML page."""
     folder.mkdir(parents=True, exist_ok=True)
     stem = result_stem(run)
-    json_path, markdown_path = folder / f"{stem}.json", folder / f"{stem}.md"
+    json_path, markdown_path, html_path = (folder / f"{stem}.{kind}" for kind in ("json", "md", "html"))
     json_path.write_text(to_json(run), encoding="utf-8")
     markdown_path.write_text(to_markdown(run), encoding="utf-8")
-    return json_path, markdown_path
+    html_path.write_text(to_html(run), encoding="utf-8")
+    return json_path, markdown_path, html_path

@@ -74,11 +74,16 @@ def kernel_result(
         )
     if baseline.timing is None:
         return KernelResult(original_ms=None, error=outcome.explanation, **common)  # type: ignore[arg-type]
+    flops = baseline.problems[0].flops if baseline.problems else 0
+    moved = baseline.problems[0].bytes_moved if baseline.problems else 0
+    common["intensity"] = flops / moved if flops and moved else None
     best = outcome.best
     if best is None or best.comparison is None:
         return KernelResult(
             original_ms=baseline.timing.median_ms,
             roofline_before=baseline.timing.roofline_fraction,
+            before_gbs=baseline.timing.bandwidth_gbs,
+            before_gflops=_gflops(flops, baseline.timing.median_ms),
             **common,  # type: ignore[arg-type]
         )
     # Both times from the same interleaved measurement, so the speedup is the one the decision used.
@@ -89,10 +94,18 @@ def kernel_result(
         speedup=comparison.speedup,
         roofline_before=comparison.baseline.roofline_fraction,
         roofline_after=comparison.candidate.roofline_fraction,
+        before_gbs=comparison.baseline.bandwidth_gbs,
+        after_gbs=comparison.candidate.bandwidth_gbs,
+        before_gflops=_gflops(flops, comparison.baseline.median_ms),
+        after_gflops=_gflops(flops, comparison.candidate.median_ms),
         first_improvement_s=first_improvement_s,
         best_description=best.candidate.description,
         **common,  # type: ignore[arg-type]
     )
+
+
+def _gflops(flops: int, ms: float) -> float | None:
+    return flops / (ms * 1e-3) / 1e9 if flops and ms > 0 else None
 
 
 def analysis_of(target: KernelTarget) -> str:
@@ -133,8 +146,14 @@ def run_bench(
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     results: list[KernelResult] = []
 
+    ceilings = device.ceilings
+
     def run_so_far() -> BenchRun:
-        return BenchRun(device.name, started, __version__, budget_s, chosen, tuple(results))
+        return BenchRun(
+            device.name, started, __version__, budget_s, chosen, tuple(results),
+            copy_gbs=ceilings.copy_bandwidth_gbs if ceilings else None,
+            peak_tflops=ceilings.flops_tflops.get("float32") if ceilings else None,
+        )  # fmt: skip
 
     for number, target in enumerate(targets, 1):
         if target.spec is None:
@@ -162,6 +181,6 @@ def run_bench(
     for line in run_summary_lines(run):
         console.print(line)
     if out is not None:
-        json_path, markdown_path = write(run, out)
-        console.print(f"wrote {json_path} and {markdown_path.name}")
+        json_path, markdown_path, html_path = write(run, out)
+        console.print(f"wrote {json_path}, {markdown_path.name} and {html_path.name}")
     return 0

@@ -43,8 +43,9 @@ from cuda_agent.agent.rewrite import unified_diff
 from cuda_agent.agent.search import SearchBudget
 from cuda_agent.agent.spec import SpecError
 from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
+from cuda_agent.html_report import render
 from cuda_agent.line_endings import in_line_endings_of
-from cuda_agent.repository_view import LiveProgress, summary_table, totals_line
+from cuda_agent.repository_view import LiveProgress, report_page, summary_table, totals_line
 from cuda_agent.sandbox.reports import CompileResult, DeviceInfo, WorkerError
 from cuda_agent.sandbox.sanitizer import NOT_FOUND, find_compute_sanitizer, sanitizer_version
 from cuda_agent.tables import (
@@ -135,6 +136,11 @@ def _parser() -> argparse.ArgumentParser:
         "results, after the offline ones chosen (needs ANTHROPIC_API_KEY, or an OpenAI-compatible server)",
     )  # fmt: skip
     opt.add_argument("--write", action="store_true", help="apply the best verified rewrite to the file")
+    opt.add_argument(
+        "--report", type=Path, metavar="FILE.html",
+        help="write one self-contained HTML page of the run: per kernel the speedup, the roofline before and "
+        "after, every candidate, the best one's diff, its verification, the GPU",
+    )  # fmt: skip
     opt.add_argument(
         "--sanitize", action=argparse.BooleanOptionalAction, default=None,
         help="check the best rewrite under compute-sanitizer (memcheck, racecheck, synccheck, initcheck) "
@@ -405,7 +411,7 @@ def _print_compile_diagnostics(target: KernelTarget, result: CompileResult) -> N
 
 
 def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
-    if len(args.paths) > 1 or args.paths[0].is_dir():
+    if len(args.paths) > 1 or args.paths[0].is_dir() or args.report is not None:
         if args.kernel is not None:
             raise UsageError("--kernel names a kernel of one file; give one file with it")
         return cmd_optimize_repository(engine, args)
@@ -521,7 +527,15 @@ def cmd_optimize_repository(engine: Engine, args: argparse.Namespace) -> int:
         if run.error:
             err.print(f"[red]cuda-agent: {relative(run.path)}: {escape(run.error)}[/]")
     console.print(summary_table(runs, relative))
-    console.print(totals_line(runs, time.monotonic() - started, engine.executor.where))
+    totals = totals_line(runs, time.monotonic() - started, engine.executor.where)
+    console.print(totals)
+    if args.report is not None:
+        page = report_page(runs, gpu, totals, budget, proposers, relative)
+        try:
+            args.report.write_text(render(page), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--report {args.report}: cannot write it ({exc.strerror})") from exc
+        console.print(f"wrote the report to {relative(args.report)}")
     failed = any(run.error for run in runs) or any(
         k.outcome is not None and not k.outcome.baseline.usable for run in runs for k in run.kernels
     )

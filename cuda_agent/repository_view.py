@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -11,8 +12,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cuda_agent import __version__
 from cuda_agent.agent.engine import Progress as JobProgress
 from cuda_agent.agent.repository import FileRun, KernelRun
+from cuda_agent.agent.rewrite import unified_diff
+from cuda_agent.agent.search import SearchBudget
+from cuda_agent.html_report import KernelEntry, Page, ceilings_of, entry
+from cuda_agent.sandbox.reports import DeviceInfo
 
 
 def place(run: KernelRun, relative: Path) -> str:
@@ -129,3 +135,34 @@ def totals_line(runs: Sequence[FileRun], seconds: float, where: str) -> str:
         f"{sum(1 for k in kernels if k.skipped)} without a spec; {cached} from the cache; "
         f"{seconds:.1f} s on {where}"
     )
+
+
+def report_page(
+    runs: Sequence[FileRun], gpu: DeviceInfo, totals: str, budget: SearchBudget, proposers: Sequence[str],
+    relative: object,
+) -> Page:  # fmt: skip
+    """The run as an HTML report's page; each kernel's diff is against the text it was optimized on."""
+    kernels: list[KernelEntry] = []
+    for file_run in runs:
+        for run in file_run.kernels:
+            where = place(run, relative(file_run.path))  # type: ignore[operator]
+            status = status_of(run)
+            outcome = run.outcome
+            if outcome is None:
+                kernels.append(KernelEntry(run.kernel, where, status, explanation=run.skipped))
+                continue
+            best = outcome.best
+            diff = ""
+            if best is not None:
+                diff = unified_diff(
+                    outcome.baseline.target.source, best.candidate.source, str(relative(file_run.path))
+                )  # type: ignore[operator]
+            kernels.append(entry(run.kernel, where, status, outcome, diff, run.cached, gpu))
+    copy_gbs, peak = ceilings_of(gpu)
+    stamp = datetime.now().astimezone().isoformat(timespec="seconds")
+    facts = (
+        f"{stamp} · cuda-agent {__version__}",
+        f"search budget {budget.seconds:g} s and {budget.candidates} candidates a kernel; proposers: "
+        + ", ".join(proposers),
+    )
+    return Page("cuda-agent: repository run", gpu.name, copy_gbs, peak, facts, (totals,), tuple(kernels))

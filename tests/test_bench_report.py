@@ -79,8 +79,10 @@ def test_json_round_trips_and_has_no_infinity() -> None:
 
 def test_files_are_named_by_date_and_gpu(tmp_path: Path) -> None:
     assert result_stem(RUN) == "2026-11-03T1412_NVIDIA-H200"
-    json_path, markdown_path = write(RUN, tmp_path / "results")
+    json_path, markdown_path, html_path = write(RUN, tmp_path / "results")
     assert json_path.name == "2026-11-03T1412_NVIDIA-H200.json" and markdown_path.suffix == ".md"
+    page = html_path.read_text()
+    assert html_path.suffix == ".html" and all(f">{r.kernel}</a>" in page for r in RESULTS)
     assert from_json(json_path.read_text()) == RUN
 
 
