@@ -13,11 +13,14 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
   --platform manylinux1_x86_64 --platform any -d "$tmp" \
   "pygls>=2.1,<3" "lsprotocol>=2025.0.0" "tree-sitter>=0.25,<0.27" "tree-sitter-cuda>=0.21,<0.22" \
   "tree-sitter-toml>=0.7,<0.8" "diskcache>=5.6" "platformdirs>=4" "pytest-lsp==1.0.1" "pytest-asyncio>=0.24" "websockets>=13" \
-  "anthropic>=0.40,<3" "openai>=1.40,<4" \
+  "anthropic>=0.40,<3" "openai>=1.40,<4" "pathspec>=0.12" "ray>=2.40" \
   2> >(grep -v '^WARNING: Location' >&2)
 rm -rf .whl && mkdir .whl
 for w in "$tmp"/*.whl; do
   case $(basename "$w") in attrs-*|iniconfig-*|packaging-*|pluggy-*|pygments-*|pytest-[0-9]*) ;; *) cp "$w" .whl/ ;; esac
 done
 rm -rf "$tmp"
+# Ray's wheel (~79 MB) alone is over what a device call carries (64 MiB): its Java worker (ray/jars, 32 MB)
+# and its RLlib are dropped, which a Python-only pool never loads.
+python3 tools/slim_wheel.py .whl/ray-*.whl ray/jars/ ray/rllib/
 ls .whl && du -sh .whl
