@@ -92,7 +92,7 @@ def main() -> None:
 
     cache = Path(tempfile.mkdtemp(prefix="cuda-agent-pool-bench-"))
     os.environ[RECORDED_WORKER_ENV] = str(RECORDING)
-    ray.init(num_cpus=max(args.workers), num_gpus=max(args.workers), include_dashboard=False,
+    ray.init(address="local", num_cpus=max(args.workers), num_gpus=max(args.workers), include_dashboard=False,
              log_to_driver=False, configure_logging=False)  # fmt: skip
     address = ray.get_runtime_context().gcs_address
 

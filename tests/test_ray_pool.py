@@ -4,9 +4,11 @@ are real)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -40,7 +42,12 @@ def cluster() -> Iterator[str]:
     """A local cluster with four logical GPUs; yields its address for other processes to join."""
     os.environ["RAY_AUTH_MODE"] = "disabled"  # token auth is on by default since Ray 2.5x: local tests
     context = ray.init(
-        num_cpus=4, num_gpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False
+        address="local",  # a new cluster, whatever an earlier `ray start` left in /tmp/ray
+        num_cpus=4,
+        num_gpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
     )
     try:
         yield context.address_info["gcs_address"]
@@ -56,6 +63,10 @@ def slow_recording(tmp_path: Path, run_s: float) -> Path:
     path = tmp_path / "slow.json"
     path.write_text(json.dumps(data))
     return path
+
+
+def live_gpus() -> float:
+    return sum(n["Resources"].get("GPU", 0) for n in ray.nodes() if n["Alive"])
 
 
 def run(pool: PoolSettings, repo: Path) -> tuple[list[FileRun], Engine]:
@@ -130,7 +141,62 @@ def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(
         assert found[1] == (pytest.approx(speedup, rel=1e-6) if speedup else None), name
     every = [r for f in runs for k in f.kernels for r in k.outcome.results]  # type: ignore[union-attr]
     assert every and not [r for r in every if r.error is not None]  # the killed request was retried
+    assert pool.losses >= 1  # ... on another worker
     print(f"run with one worker killed: {time.monotonic() - started:.1f} s")
+
+
+def test_a_node_that_leaves_costs_only_its_requests_in_flight(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second node joins with two GPUs; six actors fill both nodes; the second node is killed mid-run.
+    Its actors cannot be placed again (the head's GPUs are taken): the run completes on the head's four."""
+    monkeypatch.setenv("CUDA_AGENT_RECORDED_WORKER", str(slow_recording(tmp_path, 0.15)))
+    node = subprocess.Popen(
+        ["ray", "start", f"--address={cluster}", "--num-gpus=2", "--num-cpus=2", "--block",
+         "--disable-usage-stats"],
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"}, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while ray.cluster_resources().get("GPU", 0) < 6:
+            assert time.monotonic() < deadline, "the second node did not join"
+            time.sleep(0.5)
+        repo = make_repository(tmp_path)
+        engine = Engine(
+            EngineSettings(use_cache=False), pool=PoolSettings(ray_address=cluster, ray_workers=6)
+        )
+        assert engine.executor.workers == 6
+        outcome: list[list[FileRun]] = []
+        runner = threading.Thread(
+            target=lambda: outcome.append(
+                optimize_repository(engine, find_sources([repo]), SETTINGS, Quiet())
+            )
+        )
+        runner.start()
+        time.sleep(2.0)
+        assert runner.is_alive(), "the run ended before the node left: it proves nothing"
+        os.killpg(node.pid, signal.SIGKILL)  # the node's raylet and its workers, at once
+        runner.join(timeout=300)
+        try:
+            assert not runner.is_alive(), "the run did not complete after a node left"
+            assert engine.executor.losses >= 1  # requests in flight there went to the head's workers
+        finally:
+            engine.close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGKILL)
+        node.wait()
+        # Until the cluster notices the node is gone it still counts its GPUs: the next test would start
+        # actors there that are never placed.
+        deadline = time.monotonic() + 120
+        while live_gpus() > 4 and time.monotonic() < deadline:
+            time.sleep(0.5)
+    (runs,) = outcome
+    for name, (status, speedup) in EXPECTED.items():
+        found = next(v for k, v in verdicts(runs).items() if k.endswith(f":{name}"))
+        assert found[0] == status, name
+        assert found[1] == (pytest.approx(speedup, rel=1e-6) if speedup else None), name
 
 
 def test_the_cli_joins_the_cluster_by_its_address(cluster: str, tmp_path: Path) -> None:

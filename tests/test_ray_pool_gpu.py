@@ -47,7 +47,7 @@ def test_repository_mode_through_ray_matches_the_local_executor(tmp_path: Path) 
     os.environ["RAY_AUTH_MODE"] = "disabled"
     repo = make_repository(tmp_path)
     local, local_s, local_n = timed_run(PoolSettings(), repo)
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         address = ray.get_runtime_context().gcs_address
         pooled, ray_s, ray_n = timed_run(PoolSettings(ray_address=address), repo)

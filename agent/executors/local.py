@@ -59,6 +59,9 @@ class SandboxWorker:
         with self.sandbox.exclusive():  # no verify or time request is timed beside it
             return sanitize(on_gpu(request, self.gpu_index), settings, executable)
 
+    def alive(self) -> bool:
+        return True  # a sandbox restarts its own worker process; it is never lost
+
     def close(self) -> None:
         self.sandbox.close()
 

@@ -1,7 +1,8 @@
 """A Ray cluster's GPUs: one sandbox worker per GPU as a Ray actor (`num_gpus=1`).
 
-Ray places the actors, restarts one whose process dies (a kill -9, a node leaving) and retries the request
-it had in flight on the new one: a lost worker costs its in-flight candidate's time, nothing else. Every
+Ray places the actors and restarts one whose process dies (a kill -9, a node leaving); the pool sends the
+request it had in flight to another worker and takes the actor back once it answers again (agent/executors/
+pool.py): a lost worker costs its in-flight candidate's time, nothing else. Every
 node needs cuda-agent installed with its `gpu` extra (and `cluster`); the engine compiles here and sends
 compiled kernels, so nodes need no compiler and no sources. Ray is optional (`pip install
 'cuda-agent[cluster]'`); without it `--ray` says what to install.
@@ -12,12 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cuda_agent.agent.executors.local import SandboxWorker
-from cuda_agent.agent.executors.pool import WorkerPool
+from cuda_agent.agent.executors.pool import WorkerLost, WorkerPool
 from cuda_agent.sandbox.client import Sandbox
 from cuda_agent.sandbox.protocol import (
     TimeRequest,
@@ -28,7 +28,7 @@ from cuda_agent.sandbox.protocol import (
 )
 from cuda_agent.sandbox.recorded import RECORDED_WORKER_ENV, RecordedSandbox
 from cuda_agent.sandbox.reports import DeviceInfo, VerificationReport, WorkerError
-from cuda_agent.sandbox.sanitizer import SanitizerReport, SanitizerRequest, SanitizerSettings, not_checked
+from cuda_agent.sandbox.sanitizer import SanitizerReport, SanitizerRequest, SanitizerSettings
 
 T = TypeVar("T")
 
@@ -37,7 +37,10 @@ INSTALL_HINT = "Ray is not installed: pip install 'cuda-agent[cluster]' (here an
 # (which kills a hung kernel after seconds): the actor is killed, Ray starts another.
 REQUEST_TIMEOUT_S = 900.0
 RESTARTS = -1  # an actor is restarted however often it dies: each death costs only its request
-RETRIES = 3  # a request whose actor died is sent again this often (to the restarted actor)
+PROBE_TIMEOUT_S = 10.0  # a lost actor asked whether it is back: how long its answer may take
+# An actor's first answer (placed, started, its worker process up): one still not placed after this (no
+# free GPU, a node that left) is left out of the pool.
+START_TIMEOUT_S = 180.0
 
 
 class RayUnavailable(Exception):
@@ -93,22 +96,31 @@ class RayWorker:
     def name(self) -> str:
         return f"Ray actor {self.index}"
 
-    def _call(self, method: str, *args: object, failed: Callable[[WorkerError], T] | None = None) -> Any:
+    def _call(self, method: str, *args: object, timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+        """The actor's answer; WorkerLost when the actor died meanwhile or does not answer (a kernel's
+        crash or hang is answered by its sandbox, as on a local GPU: only the actor's own loss is this)."""
         exceptions = self._ray.exceptions
         try:
-            return self._ray.get(getattr(self.actor, method).remote(*args), timeout=REQUEST_TIMEOUT_S)
+            return self._ray.get(getattr(self.actor, method).remote(*args), timeout=timeout_s)
         except exceptions.GetTimeoutError:
-            self._ray.kill(self.actor, no_restart=False)  # Ray starts it again; the next request goes there
-            error = WorkerError("timeout", f"{self.name} did not answer within {REQUEST_TIMEOUT_S:g} s")
-        except exceptions.RayActorError as exc:  # died more often than RETRIES during one request
-            error = WorkerError("crash", f"{self.name} died: {str(exc).splitlines()[0]}", restarted=True)
-        return failed(error) if failed is not None else error
+            self._ray.kill(self.actor, no_restart=False)  # Ray starts it again
+            raise WorkerLost(f"{self.name} did not answer within {timeout_s:g} s") from None
+        except exceptions.RayActorError as exc:
+            raise WorkerLost(f"{self.name} was lost: {str(exc).splitlines()[0]}") from None
+
+    def alive(self) -> bool:
+        try:
+            self._call("pid", timeout_s=PROBE_TIMEOUT_S)
+        except WorkerLost:
+            return False
+        return True
 
     def pid(self) -> int:
         return int(self._call("pid"))
 
     def device_info(self, measure_ceilings: bool = True) -> DeviceInfo | WorkerError:
-        return self._call("device_info", measure_ceilings)
+        timeout_s = REQUEST_TIMEOUT_S if measure_ceilings else START_TIMEOUT_S
+        return self._call("device_info", measure_ceilings, timeout_s=timeout_s)
 
     def verify(self, request: VerifyRequest) -> VerificationReport | WorkerError:
         return self._call("verify", request)
@@ -124,7 +136,7 @@ class RayWorker:
         return found if isinstance(found, str) else None
 
     def sanitize(self, request: SanitizerRequest, settings: SanitizerSettings) -> SanitizerReport:
-        return self._call("sanitize", request, settings, failed=lambda e: not_checked(e.message))
+        return self._call("sanitize", request, settings)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # already gone: nothing to close
@@ -165,14 +177,15 @@ class RayPool(WorkerPool):
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise RayUnavailable(f"cannot join the Ray cluster at {address}: {exc}") from exc
-        gpus = int(ray.cluster_resources().get("GPU", 0))
-        count = workers if workers is not None else gpus
+        # The live nodes' GPUs: the cluster's total still counts a node that left until its death is noticed.
+        gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in ray.nodes() if n.get("Alive")))
+        count = min(workers, gpus) if workers is not None else gpus
         if count < 1 or gpus < 1:
             raise RayUnavailable(f"the Ray cluster at {address} has no GPU ({gpus} in its resources)")
         recording_path = os.environ.get(RECORDED_WORKER_ENV)
         recording = Path(recording_path).read_text() if recording_path else None
         remote = ray.remote(GpuActor).options(
-            num_gpus=1, max_restarts=RESTARTS, max_task_retries=RETRIES, max_concurrency=1
+            num_gpus=1, max_restarts=RESTARTS, max_task_retries=0, max_concurrency=1
         )
         actors = [RayWorker(ray, remote.remote(recording, timeout_s), i) for i in range(count)]
         return RayPool(ray, actors, address)
