@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.cache import ResultCache, result_key
+from cuda_agent.agent.candidate_log import CandidateLog, process_log
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.compile_environment import CompileEnvironment, compile_in, environment_for
 from cuda_agent.agent.executors import Executor, PoolSettings, open_executor
@@ -117,10 +118,13 @@ class Engine:
         settings: EngineSettings | None = None,
         cache: ResultCache | None = None,
         pool: PoolSettings | None = None,
+        recorder: CandidateLog | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.cache = cache or ResultCache(enabled=self.settings.use_cache)
         self.pool = pool or PoolSettings()
+        # Each candidate evaluated and each PyTorch timing: a sample in the feedback log (candidate_log.py).
+        self.recorder = recorder if recorder is not None else process_log()
         self._executor: Executor | None = None
         self._device: DeviceInfo | WorkerError | None = None
         self._device_lock = threading.Lock()
@@ -316,6 +320,7 @@ class Engine:
 
         def run(index: int, candidate: Candidate, compiling: Future[CompileResult]) -> None:
             result = self._evaluate_one(baseline, candidate, compiling.result())
+            self.recorder.candidate(baseline, result, self.gpu, self.arch)
             with lock:
                 results[index] = result
                 if progress is not None:
@@ -420,11 +425,13 @@ class Engine:
         key = result_key("torch", request, self.device_key(), _installed_version("torch"))
         cached = self.cache.get(key)
         if isinstance(cached, TorchTimingResult):
+            self.recorder.torch(baseline, cached, device)
             return cached
         # torch.compile's long first call is announced by the worker's heartbeats, not taken for a hang.
         result = self.executor.time_torch(request)
         if isinstance(result, TorchTimingResult) and result.eager is not None:
             self.cache.set(key, result)
+            self.recorder.torch(baseline, result, device)
         return result
 
     def sanitize(

@@ -9,9 +9,12 @@ What tree-sitter cannot see, we do not guess: a kernel whose `__global__` comes 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
+from operator import attrgetter
 
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import TextEdit, ancestors, parse_cuda
@@ -130,6 +133,11 @@ class Kernel:
         return self.read.span.end_byte + self.moved_by[0]
 
     @property
+    def start_line(self) -> int:
+        """`span.start_line`, likewise."""
+        return self.read.span.start_line + self.moved_by[1]
+
+    @property
     def qualified_name(self) -> str:
         """The name as C++ looks it up from the global scope (what NVRTC name expressions need)."""
         return f"{self.namespace}::{self.name}" if self.namespace else self.name
@@ -230,11 +238,13 @@ class EarlierRead:
     changed: Sequence[tuple[int, int]]
 
 
-def find_kernels(source: str, tree: Tree | None = None, earlier: EarlierRead | None = None) -> list[Kernel]:
+def find_kernels(
+    source: str | bytes, tree: Tree | None = None, earlier: EarlierRead | None = None
+) -> list[Kernel]:
     """Every `__global__` function definition, in source order. Declarations without a body and explicit
     instantiations (`template __global__ void k<float>(...);`) are not definitions and are skipped.
     `earlier`: what the previous text held, so that only kernels around an edit are read again."""
-    data = source.encode("utf-8")
+    data = source.encode("utf-8") if isinstance(source, str) else source
     root = (tree or parse_cuda(data)).root_node
     if earlier is not None:
         return _after_edit(root, data, earlier)
@@ -257,11 +267,15 @@ def _after_edit(root: Node, data: bytes, earlier: EarlierRead) -> list[Kernel]:
     """The earlier kernels the edit left alone, moved (on a 5,000-line file, reading every kernel's place
     in the tree again took most of an edit's analysis), and the kernels read anew where the text or its
     syntax changed. A kernel with syntax errors, or on the edit's last line (its columns move), is read
-    anew too."""
+    anew too.
+
+    Besides moving the kernels below the edit, the cost is in what the edit touches: the kernels that
+    overlap a changed range are found by bisection, not by testing every kernel against every range."""
     edit = earlier.edit
     delta = edit.new_end - edit.old_end
     dirty = [(edit.start, edit.new_end), *earlier.changed]
-    placed: list[tuple[Kernel, int, int, bool]] = []  # each kernel, its range in the new text, moved
+    # Each kernel left in place or moved: (kernel, its range in the new text, moved), in source order.
+    placed: list[tuple[Kernel, int, int, bool]] = []
     for kernel in earlier.kernels:
         start = kernel.start_byte
         end = start + kernel.read.span.end_byte - kernel.read.span.start_byte
@@ -271,33 +285,47 @@ def _after_edit(root: Node, data: bytes, earlier: EarlierRead) -> list[Kernel]:
             placed.append((kernel, start + delta, end + delta, True))
         else:
             dirty.append((min(start, edit.start), max(end + delta, edit.new_end)))
-    reread: set[int] = set()
-    while True:  # a kernel read anew widens what is read anew, until nothing more is
-        more = {
-            index
-            for index, (kernel, start, end, _) in enumerate(placed)
-            if index not in reread
-            and (kernel.has_errors or any(start <= high and low <= end for low, high in dirty))
-        }
-        if not more:
-            break
-        reread |= more
-        dirty += [placed[index][1:3] for index in more]
-    kept = [
-        _moved(kernel, delta, edit.lines_by) if moved else kernel
-        for index, (kernel, _, _, moved) in enumerate(placed)
-        if index not in reread
-    ]
+    starts, ends = [start for _, start, _, _ in placed], [end for _, _, end, _ in placed]
+    # Kernels may nest (a __global__ member of a local struct, or error recovery): the running maximum of
+    # the ends rules out, by bisection, the kernels that end before a range.
+    furthest = list(itertools.accumulate(ends, max))
+    reread = {index for index, (kernel, _, _, _) in enumerate(placed) if kernel.has_errors}
+    dirty += [(starts[index], ends[index]) for index in reread]
+    pending = list(dirty)
+    while pending:  # a kernel read anew widens what is read anew, until nothing more is
+        low, high = pending.pop()
+        for index in range(bisect.bisect_left(furthest, low), bisect.bisect_right(starts, high)):
+            if index not in reread and low <= ends[index]:
+                reread.add(index)
+                pending.append((starts[index], ends[index]))
+                dirty.append((starts[index], ends[index]))
     fresh = _definitions(root, data, _tokens_within(root, data, "__global__", dirty))
-    found = {kernel.start_byte: kernel for kernel in (*kept, *fresh)}
-    return [found[start] for start in sorted(found)]
+    fresh_starts = {kernel.start_byte for kernel in fresh}
+    found = [
+        _moved(kernel, delta, edit.lines_by) if moved else kernel
+        for index, (kernel, start, _, moved) in enumerate(placed)
+        if index not in reread and start not in fresh_starts
+    ]
+    # The kept kernels are in source order: the few read anew go in by bisection.
+    start_byte = attrgetter("start_byte")
+    for kernel in sorted(fresh, key=start_byte):
+        found.insert(bisect.bisect_left(found, kernel.start_byte, key=start_byte), kernel)
+    return found
+
+
+_KERNEL_FIELDS = tuple(field.name for field in fields(Kernel) if field.name != "moved_by")
 
 
 def _moved(kernel: Kernel, bytes_by: int, lines_by: int) -> Kernel:
-    """The same kernel, further down (or up) the file."""
-    k, moved = kernel, (kernel.moved_by[0] + bytes_by, kernel.moved_by[1] + lines_by)
-    return Kernel(k.name, k.template_parameters, k.extern_c, k.launch_bounds, k.has_errors, k.read,
-                  k.template_arguments, k.namespace, moved)  # fmt: skip
+    """The same kernel, further down (or up) the file. Filled in directly, without the spans the original
+    built on demand: this runs for every kernel below an edit, and the dataclass's frozen __init__ took
+    three times as long."""
+    moved = object.__new__(Kernel)
+    slots, own = moved.__dict__, kernel.__dict__
+    for name in _KERNEL_FIELDS:
+        slots[name] = own[name]
+    slots["moved_by"] = (kernel.moved_by[0] + bytes_by, kernel.moved_by[1] + lines_by)
+    return moved
 
 
 def _tokens_within(root: Node, data: bytes, token: str, ranges: Sequence[tuple[int, int]]) -> Iterator[Node]:

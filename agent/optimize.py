@@ -183,6 +183,7 @@ def _run_llm(
     except Exception as exc:  # a broken SDK install or bad settings: the offline results still count
         return LlmSession(settings.provider, settings.model_name, stop_reason=f"could not start: {exc}")
     session = run_session(engine, baseline, settings, provider, prior, on_result, on_turn)
+    engine.recorder.trajectory(baseline, session, engine.gpu)  # its candidates' samples are logged already
     progress.cost_usd = session.cost_usd
     progress.message = f"LLM done: {session.stop_reason}"
     report(progress)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import tree_sitter_cuda
@@ -60,14 +60,17 @@ def ancestors(root: Node, node: Node) -> list[Node]:
 
 @dataclass(frozen=True)
 class TextEdit:
-    """One edit between two texts: bytes [start, old_end) of the old text became [start, new_end) of the
-    new one, and the lines after the old text's line `old_end_line` moved by `lines_by`."""
+    """One edit between two texts: bytes [start, old_end) of the old text (`replaced`) became
+    [start, new_end) of the new one, on lines `start_line` to `old_end_line` of the old text; the lines
+    after it moved by `lines_by`."""
 
     start: int
     old_end: int
     new_end: int
     old_end_line: int
     lines_by: int
+    start_line: int
+    replaced: bytes = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -82,18 +85,21 @@ def reparse(old: bytes, old_tree: Tree, data: bytes) -> Reparse:
     """`data`'s tree from `old`'s, as one edit (the changed middle between their common prefix and
     suffix): tree-sitter reparses only around it. `old_tree` itself is left as it was."""
     start, old_end, new_end = _changed_middle(old, data)
-    old_end_point, new_end_point = _point(old, old_end), _point(data, new_end)
+    start_point = _point(old, start)
+    old_end_point = _point_after(old, start, start_point, old_end)
+    new_end_point = _point_after(data, start, start_point, new_end)
     edited = old_tree.copy()
     edited.edit(
         start_byte=start,
         old_end_byte=old_end,
         new_end_byte=new_end,
-        start_point=_point(old, start),
+        start_point=start_point,
         old_end_point=old_end_point,
         new_end_point=new_end_point,
     )
     tree = _parser().parse(data, edited)
-    edit = TextEdit(start, old_end, new_end, old_end_point.row, new_end_point.row - old_end_point.row)
+    lines_by = new_end_point.row - old_end_point.row
+    edit = TextEdit(start, old_end, new_end, old_end_point.row, lines_by, start_point.row, old[start:old_end])
     return Reparse(tree, edit, [(r.start_byte, r.end_byte) for r in edited.changed_ranges(tree)])
 
 
@@ -134,6 +140,15 @@ def _common_length(old: bytes, new: bytes, limit: int, from_end: bool) -> int:
 def _point(data: bytes, offset: int) -> Point:
     row = data.count(b"\n", 0, offset)
     return Point(row, offset - (data.rfind(b"\n", 0, offset) + 1))
+
+
+def _point_after(data: bytes, start: int, start_point: Point, offset: int) -> Point:
+    """`_point(data, offset)` for an offset at or after `start`, whose point is known: counts the lines
+    in between, not all of those before."""
+    line_start = data.rfind(b"\n", start, offset)
+    if line_start == -1:
+        return Point(start_point.row, start_point.column + offset - start)
+    return Point(start_point.row + data.count(b"\n", start, offset), offset - (line_start + 1))
 
 
 class _RecentParses:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
-from cuda_agent.agent.kernels import EarlierRead, Kernel, find_kernels
+from cuda_agent.agent.kernels import EarlierRead, Kernel, KernelPositions, find_kernels
 from cuda_agent.agent.memo import BoundedMemo
-from cuda_agent.agent.parsing import parse_cuda
+from cuda_agent.agent.parsing import TextEdit, parse_cuda
 from cuda_agent.agent.spec import (
     KernelSpec,
     SpecError,
@@ -81,14 +83,21 @@ class KernelTarget:
         return True
 
 
+# A kernel's inferred spec and note, with the KernelPositions it was read as (an `id` alone may be reused).
+InferredSpec = tuple[KernelPositions, KernelSpec | None, str]
+
+
 @dataclass(frozen=True)
 class FileTargets:
     path: Path
     source: str
     targets: tuple[KernelTarget, ...]
     spec_errors: tuple[SpecError, ...]
-    # What the host code said, for the next edit's load_targets (earlier_host): kept when it cannot change.
+    # What the host code said, for the next edit's load_targets (earlier_file): kept when it cannot change.
     host_facts: HostFacts | None = field(default=None, compare=False, repr=False)
+    # The specs inferred for this text's kernels, for the next edit's load_targets: by `id(kernel.read)`
+    # (the same KernelPositions while the kernel's text is unchanged, wherever an edit moved it).
+    inferred: Mapping[int, InferredSpec] = field(default_factory=dict, compare=False, repr=False)
 
     def find(self, name: str | None) -> KernelTarget | None:
         if name is None:
@@ -105,6 +114,7 @@ class FileTargets:
 # (the common case) finds them there without looking at the launches again.
 _INFERRED: BoundedMemo[tuple[object, ...], tuple[KernelSpec | None, str]] = BoundedMemo()
 _POINTS: BoundedMemo[tuple[bytes, bytes], tuple[tuple[ProgramPoint, ...], str]] = BoundedMemo()
+_PARTIAL_POINTS: BoundedMemo[tuple[bytes, bytes], tuple[ProgramPoint | None]] = BoundedMemo()
 _HOST_FACTS: BoundedMemo[bytes, HostFacts] = BoundedMemo(64)
 _DECLARATIONS = frozenset(
     {"preproc_def", "preproc_function_def", "declaration", "type_definition", "alias_declaration",
@@ -122,41 +132,74 @@ class HostFacts:
     typedefs: dict[str, str]
     relevant: tuple[tuple[int, int], ...]
     launchers: frozenset[str]  # host functions that launch kernels
-    launch_count: int  # `<<<` in the file
-    # Quotes and block-comment marks in the file: an edit that changes them can retokenise everything
-    # after it (a printf's string left open swallows the next call of a launcher), far from the edit.
-    token_marks: tuple[int, ...] = ()
+
+    @cached_property
+    def _launcher_names(self) -> frozenset[bytes]:
+        return frozenset(name.encode() for name in self.launchers)
 
     def after(self, earlier: EarlierRead, data: bytes, tree: Tree) -> HostFacts | None:
         """These facts for the text after `earlier`'s edit, if the edit cannot have changed them (typing in
-        a comment, in a kernel, in a host function that launches nothing and calls no launcher)."""
+        a comment, in a kernel, in a host function that launches nothing and calls no launcher), but for
+        the lines of what they describe, moved by an edit above it: then with digests of their own, since
+        what inference says cites lines ("at line 20") and the memos keep its answers by digest."""
         edit = earlier.edit
-        if data.count(b"<<<") != self.launch_count or token_marks(data) != self.token_marks:
+        if changes_token_marks(edit, data):
             return None
         if any(start < edit.old_end and edit.start < end for start, end in self.relevant):
             return None
-        if edit.lines_by and any(start >= edit.start for start, _ in self.relevant):
-            return None  # lines moved under what the inferred specs cite by line
+        moves_lines = edit.lines_by != 0 and any(start >= edit.start for start, _ in self.relevant)
         delta = edit.new_end - edit.old_end
         for start, end in (*earlier.changed, (edit.start, edit.new_end)):
             node = tree.root_node.descendant_for_byte_range(start, max(start, end - 1))
             while node is not None and node.parent is not None and node.parent.type != "translation_unit":
                 node = node.parent
-            if node is None or node.type == "translation_unit":
-                return None  # the whole file changed shape
+            if node is None:
+                return None
+            if node.type == "translation_unit":
+                # A line typed or removed between declarations changes no token; anything else there, the
+                # whole file changed shape.
+                edited = (start, end) == (edit.start, edit.new_end)
+                if edited and _blank(edit.replaced) and _blank(data[start:end]):
+                    continue
+                return None
             if node.type in _DECLARATIONS:
                 return None
             text = data[node.start_byte : node.end_byte]
-            if any(name.encode() in text for name in self.launchers):
+            if not self._launcher_names.isdisjoint(_IDENTIFIER.findall(text)):
                 return None  # a new call of a launcher: a new calling context
             if b"<<<" in text:
                 return None  # a launch whose function this edit may make or unmake (a `}` typed early)
         shifted = tuple((s, e) if e <= edit.start else (s + delta, e + delta) for s, e in self.relevant)
-        return replace(self, relevant=shifted)
+        if not moves_lines:
+            return replace(self, relevant=shifted)
+        moved = f"{edit.old_end_line}:{edit.lines_by}".encode()
+        dependencies = {
+            name: hashlib.blake2b(digest + moved, digest_size=16).digest()
+            for name, digest in self.dependencies.items()
+        }
+        return replace(self, relevant=shifted, dependencies=dependencies)
 
 
-def token_marks(data: bytes) -> tuple[int, ...]:
-    return tuple(data.count(mark) for mark in (b'"', b"'", b"/*", b"*/"))
+_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _blank(data: bytes) -> bool:
+    return not data.strip(b" \t\r\n")
+
+
+# Quotes, block-comment marks and `<<<`: an edit that adds or removes one can retokenise everything after
+# it (a printf's string left open swallows the next call of a launcher; a launch appears), far from it.
+_TOKEN_MARKS = (re.compile(b'"'), re.compile(b"'"), re.compile(rb"/\*"), re.compile(rb"\*/"),
+                re.compile(b"(?=<<<)"))  # fmt: skip
+
+
+def changes_token_marks(edit: TextEdit, data: bytes) -> bool:
+    """Whether the edit that made `data` changed how many of each token mark the text holds. Counted in the
+    edit's bytes and the two on each side, where every mark the edit touched lies, not in the whole file
+    (five counts over a 50,000-line file took 7 ms an edit)."""
+    before, after = data[max(0, edit.start - 2) : edit.start], data[edit.new_end : edit.new_end + 2]
+    old, new = before + edit.replaced + after, data[max(0, edit.start - 2) : edit.new_end + 2]
+    return any(len(mark.findall(old)) != len(mark.findall(new)) for mark in _TOKEN_MARKS)
 
 
 class _Host:
@@ -169,6 +212,13 @@ class _Host:
         self.text, self.data, self.tree = text, data, tree
         self._program: ProgramHost | None = None
         reused = previous.after(earlier, data, tree) if previous is not None and earlier is not None else None
+        # Whether these are `previous` (what inferring from them said is said still), and whether the edit
+        # moved the lines they describe (what it said cites lines that moved; `after` gave them digests of
+        # their own).
+        self.carried = reused is not None
+        self.lines_moved = False
+        if reused is not None and previous is not None:
+            self.lines_moved = reused.dependencies is not previous.dependencies
         if reused is not None:
             self.facts = reused
             return
@@ -187,10 +237,7 @@ class _Host:
     def _facts(self) -> HostFacts:
         program = self.program()
         dependencies = {name: program.dependencies(name) for name in program.launched}
-        return HostFacts(
-            dependencies, program.typedefs, tuple(program.relevant), program.launchers,
-            self.data.count(b"<<<"), token_marks(self.data),
-        )  # fmt: skip
+        return HostFacts(dependencies, program.typedefs, tuple(program.relevant), program.launchers)
 
     def _program_ranges(self) -> tuple[tuple[int, int], ...]:
         program = self.program()
@@ -228,9 +275,8 @@ def _inferred(
         # What the launches say depends on the signature and the host code, not the body: an edit inside
         # the body finds it kept and only reads the body again (roles).
         signature = data[kernel.start_byte : kernel.body_span.start_byte]
-        points, why = _POINTS.get_or_make(
-            (signature, dependencies), lambda: read_program_points(kernel, host.program())
-        )
+        reads = (signature, dependencies)
+        points, why = _POINTS.get_or_make(reads, lambda: read_program_points(kernel, host.program()))
         spec = None
         if points:
             spec, why = spec_from_points(kernel, tree, points, typedefs)
@@ -239,7 +285,13 @@ def _inferred(
         signature_spec, note = infer_spec(kernel, text, tree, typedefs)
         if signature_spec is None:
             return None, f"{note}; and from the program: {why}"
-        partial = read_partial_point(kernel, host.program()) if not points else None
+        # Kept like the points (a 1-tuple: the memo keeps no None): reading the program for it made an edit
+        # in such a kernel's body cost a pass over the whole file's host code.
+        partial = (
+            _PARTIAL_POINTS.get_or_make(reads, lambda: (read_partial_point(kernel, host.program()),))[0]
+            if not points
+            else None
+        )
         if partial is not None and partial.unknown:
             merged = with_program_launch(signature_spec, partial)
             if merged is not signature_spec:
@@ -255,21 +307,22 @@ def load_targets(
     source: str | None = None,
     tree: Tree | None = None,
     earlier: EarlierRead | None = None,
-    earlier_host: HostFacts | None = None,
+    earlier_file: FileTargets | None = None,
     infer: bool = True,
 ) -> FileTargets:
     """The file's kernels with their specs. `tree`: the source's parse when the caller has one (the
     language server reparses incrementally after an edit); `earlier`: the kernels before that edit, and
-    `earlier_host` what that text's host code said. `infer=False`: written specs only (a caller re-reading a
-    candidate keeps the original's inferred spec, and need not pay for reading the host code again)."""
+    `earlier_file` what was found in that text (its host facts and inferred specs are kept where the edit
+    cannot have changed them). `infer=False`: written specs only (a caller re-reading a candidate keeps the
+    original's inferred spec, and need not pay for reading the host code again)."""
     text = path.read_text(encoding="utf-8", errors="replace") if source is None else source
-    tree = tree or parse_cuda(text)  # once: inference reads every kernel from it (a parse each was quadratic)
     data = text.encode("utf-8")
-    kernels = find_kernels(text, tree, earlier)
-    specs, errors = parse_specs(text, kernels, tree)
+    tree = tree or parse_cuda(data)  # once: inference reads every kernel from it (a parse each was quadratic)
+    kernels = find_kernels(data, tree, earlier)
+    specs, errors = parse_specs(data, kernels, tree)
     failed = {e.kernel for e in errors if e.kernel}
     targets = []
-    inference = _Inference(path, text, data, tree, kernels, earlier, earlier_host)
+    inference = _Inference(path, text, data, tree, kernels, earlier, earlier_file)
     for kernel in kernels:
         spec = specs.get(kernel.name)
         note = skipped = ""
@@ -289,7 +342,7 @@ def load_targets(
                     else f"no spec: {reason}; add a /* cuda-agent ... */ spec comment"
                 )
         targets.append(KernelTarget(path, text, kernel, spec, note, skipped))
-    return FileTargets(path, text, tuple(targets), tuple(errors), inference.host_facts)
+    return FileTargets(path, text, tuple(targets), tuple(errors), inference.host_facts, inference.inferred)
 
 
 def skipped_because(kernel: Kernel, step: str, error: Exception) -> str:
@@ -306,16 +359,25 @@ def skipped_because(kernel: Kernel, step: str, error: Exception) -> str:
 
 class _Inference:
     """Inferring the specs of a file's kernels: the host code and the neighbouring files are read once, when
-    a kernel first needs them (and a failure to read them is kept, and raised for each kernel that does)."""
+    a kernel first needs them (and a failure to read them is kept, and raised for each kernel that does).
+
+    After an edit, a kernel whose text is unchanged keeps the spec inferred for it in the text before,
+    while the host code's facts are the same: that is what inference reads besides the kernel. Kept by the
+    file rather than only in the memos keyed by each kernel's bytes, which cost a copy and a hash of every
+    kernel on each edit, and which a file with more kernels than they hold emptied on every edit."""
 
     def __init__(
         self, path: Path, text: str, data: bytes, tree: Tree, kernels: Sequence[Kernel],
-        earlier: EarlierRead | None, earlier_host: HostFacts | None,
+        earlier: EarlierRead | None, earlier_file: FileTargets | None,
     ) -> None:  # fmt: skip
         self.path, self.text, self.data, self.tree = path, text, data, tree
-        self._kernels, self._earlier, self._earlier_host = kernels, earlier, earlier_host
+        self._kernels, self._earlier = kernels, earlier
+        self._earlier_host = earlier_file.host_facts if earlier_file is not None else None
+        self._earlier_inferred = earlier_file.inferred if earlier_file is not None else {}
         self._host: _Host | Exception | None = None
         self._neighbours: Neighbours | None = None  # the files next to it that launch kernels
+        self.inferred: dict[int, InferredSpec] = {}
+        self._kept_inferred: Mapping[int, InferredSpec] | None = None  # see _kept
 
     @property
     def host_facts(self) -> HostFacts | None:
@@ -336,13 +398,70 @@ class _Inference:
     def infer(self, kernel: Kernel) -> tuple[KernelSpec | None, str]:
         """(spec, note) or (None, why not), as `infer_spec` says; raises what a bug raises."""
         host = self.host()
-        spec, reason = _inferred(kernel, self.text, self.data, self.tree, host)
         self._neighbours = self._neighbours or Neighbours(self.path)
-        if kernel.name not in host.dependencies and self._neighbours.launching(kernel.name):
+        elsewhere = kernel.name not in host.dependencies and bool(self._neighbours.launching(kernel.name))
+        if not elsewhere:
+            kept = self._kept(host).get(id(kernel.read))
+            if kept is not None and kept[0] is kernel.read:
+                if host.lines_moved and self._earlier is not None:
+                    kept = _with_lines_moved(kept, self._earlier.edit)  # None: it cites an edited line
+                if kept is not None:
+                    self.inferred[id(kernel.read)] = kept
+                    return kept[1], kept[2]
+        spec, reason = _inferred(kernel, self.text, self.data, self.tree, host)
+        if elsewhere:
             # Nothing here launches it: a header's kernel, launched from the .cu next to it.
             found, why = infer_from_elsewhere(self._neighbours, kernel, self.tree, host.program())
             spec, reason = (found, why) if found is not None else (spec, f"{reason}; elsewhere: {why}")
+        else:  # what other files say is read again each time: they may have changed on disk
+            self.inferred[id(kernel.read)] = (kernel.read, spec, reason)
         return spec, reason
+
+    def _kept(self, host: _Host) -> Mapping[int, InferredSpec]:
+        """The specs inferred in the text before the edit, if the host code's facts are those they were
+        inferred with (the same objects: kept by HostFacts.after or the memo); else none."""
+        if self._kept_inferred is None:
+            earlier = self._earlier_host
+            same = earlier is not None and earlier.dependencies is host.dependencies
+            same = same and earlier is not None and earlier.typedefs is host.typedefs
+            self._kept_inferred = self._earlier_inferred if host.carried or same else {}
+        return self._kept_inferred
+
+
+_CITED_LINE = re.compile(r"\bline (\d+)")
+
+
+def _with_lines_moved(found: InferredSpec, edit: TextEdit) -> InferredSpec | None:
+    """A spec inferred before `edit`, citing the lines where what it cites is now; None if it cites one of
+    the lines the edit changed (where it cannot tell what moved)."""
+    read, spec, note = found
+    moved_note = _lines_moved(note, edit)
+    if moved_note is None:
+        return None
+    if spec is not None:
+        spec_note = _lines_moved(spec.inference_note, edit)
+        if spec_note is None:
+            return None
+        if spec_note != spec.inference_note:
+            spec = replace(spec, inference_note=spec_note)
+    return read, spec, moved_note
+
+
+def _lines_moved(text: str, edit: TextEdit) -> str | None:
+    """`text` with each "line N" it cites (1-based) after the edit moved by the edit's lines, or None if it
+    cites a line the edit changed."""
+    unclear = False
+
+    def moved(cited: re.Match[str]) -> str:
+        nonlocal unclear
+        row = int(cited[1]) - 1
+        if row > edit.old_end_line:
+            return f"line {row + 1 + edit.lines_by}"
+        unclear = unclear or row >= edit.start_line
+        return cited[0]
+
+    text = _CITED_LINE.sub(moved, text)
+    return None if unclear else text
 
 
 # The second automatic point keeps at most this power of two of each size: multiples of 4 (vector loads),

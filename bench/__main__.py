@@ -42,13 +42,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.merge:
         return merge_runs(args.merge, args.out)
     # Imported after parsing, so --help answers without loading the engine.
+    from cuda_agent.agent.candidate_log import CandidateLog
     from cuda_agent.agent.engine import Engine, EngineSettings
 
     from bench.runner import run_bench
 
     settings = EngineSettings(gpu_index=args.gpu, use_cache=args.cache)
+    recorder = CandidateLog.for_folder(Path.cwd())  # every candidate a sample in the workspace's log
     try:
-        with Engine(settings) as engine:
+        with Engine(settings, recorder=recorder) as engine:
             return run_bench(engine, args.kernels, args.budget_s, args.out, args.proposer, suite=args.suite)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,15 +1,18 @@
 """How fast the language server answers while it optimizes: the real server over stdio, a real client.
 
-    python bench/server_bench.py [--lines 5000] [--requests 300]
+    python bench/server_bench.py [--lines 5000 50000] [--requests 300]
 
-Opens a `.cu` file of about 5,000 lines (examples/elementwise.cu followed by bench/parse_bench.py's
-generated modules), saves it so the server queues an optimization job for every kernel with a spec, and
+For each size (by default a file of about 5,000 lines, then one of about 50,000: examples/elementwise.cu
+followed by bench/parse_bench.py's generated modules), in a fresh server: opens the file and times its
+first diagnostics; saves it so the server queues an optimization job for every kernel with a spec, and
 while those jobs run (compiling candidates on the server's threads) sends hovers, code actions and code
 lenses, one after another, timing each round trip. Then edits the file and times the round trip of a
 hover sent right after each edit: the hover answers from the kernel map of the new text, so this is
 the edit → kernel map latency as the editor sees it; then the code lenses of the new text (made anew: every
 kernel below the edit moved). Targets: p99 ≤ 20 ms for the requests, ≤ 10 ms (the median) for an edit's
-kernel map.
+kernel map, first diagnostics within 5 s. The targets are the 5,000-line file's; the 50,000-line file's
+figures are judged by the same ones (an edit there pays tree-sitter's own incremental reparse, which
+grows with the file's top-level declarations: ~15 ms for 9,000 of them on a 2-core machine).
 
 The code lens reply of a 5,000-line file holds hundreds of lenses. An editor decodes it as JSON (in
 JavaScript or Lua); this Python client's pygls also builds lsprotocol objects from it, which took as long
@@ -43,6 +46,7 @@ from bench.parse_bench import generate_source
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "recordings" / "elementwise_h200.json"
+FIRST_DIAGNOSTICS_S = 5.0  # "within a few seconds", even for a 60,000-line file
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -102,14 +106,16 @@ async def run(lines: int, requests: int, use_gpu: bool) -> None:
         env["CUDA_AGENT_RECORDED_WORKER"] = str(RECORDING)
     client = LanguageClient("server-bench", "1", protocol_cls=DecodeOnlyLenses)
     results: list[Any] = []
+    diagnosed: asyncio.Event = asyncio.Event()
 
     @client.feature("cudaAgent/result")
     def on_result(params: Any) -> None:
         results.append((time.perf_counter(), params))
 
     @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    def on_diagnostics(params: Any) -> None:
-        pass
+    def on_diagnostics(params: types.PublishDiagnosticsParams) -> None:
+        if params.uri == uri:
+            diagnosed.set()
 
     @client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
     def on_progress_create(params: Any) -> None:
@@ -124,9 +130,12 @@ async def run(lines: int, requests: int, use_gpu: bool) -> None:
     )
     client.initialized(types.InitializedParams())
     document = types.TextDocumentIdentifier(uri=uri)
+    opened = time.perf_counter()
     client.text_document_did_open(
         types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(uri, "cuda", 1, text))
     )
+    await asyncio.wait_for(diagnosed.wait(), timeout=600)
+    first_diagnostics_s = time.perf_counter() - opened
     await client.text_document_code_lens_async(types.CodeLensParams(text_document=document))
     client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=document))
     started = time.perf_counter()
@@ -180,6 +189,11 @@ async def run(lines: int, requests: int, use_gpu: bool) -> None:
         text = "/" + text
 
     print(f"file: {text.count(chr(10))} lines, {len(kernel_lines)} kernels")
+    verdict = "meets" if first_diagnostics_s <= FIRST_DIAGNOSTICS_S else "misses"
+    print(
+        f"{'first diagnostics after open':28s} {first_diagnostics_s:.2f} s  "
+        f"({verdict} the {FIRST_DIAGNOSTICS_S:g} s target)"
+    )
     if results:
         print(
             f"requests sent during the first {during:.1f} s after the save; the optimization job's result "
@@ -203,11 +217,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--lines", type=int, default=5000)
+    parser.add_argument(
+        "--lines", type=int, nargs="+", default=[5000, 50000], help="the file sizes, each in a fresh server"
+    )
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--gpu", action="store_true", help="use the real GPU worker (default: the recording)")
     args = parser.parse_args()
-    asyncio.run(run(args.lines, args.requests, args.gpu))
+    for number, lines in enumerate(args.lines):
+        if number:
+            print()
+        asyncio.run(run(lines, args.requests, args.gpu))
 
 
 if __name__ == "__main__":

@@ -21,13 +21,16 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
 from cuda_agent import __version__
+from cuda_agent.agent.candidate_log import CandidateLog
 from cuda_agent.agent.candidates import OF_THE_REWRITE, Candidate, CandidateResult
 from cuda_agent.agent.compile_environment import absolute_include_dir, define_problem, flag_problem
 from cuda_agent.agent.engine import Engine, EngineSettings
 from cuda_agent.agent.engine import Progress as JobProgress
 from cuda_agent.agent.executors import PoolSettings
 from cuda_agent.agent.executors.base import RAY_ADDRESS_ENV
-from cuda_agent.agent.executors.ray_pool import RayUnavailable
+from cuda_agent.agent.executors.ray_pool import RayUnavailable, import_ray
+from cuda_agent.agent.feedback_export import FORMATS as FEEDBACK_FORMATS
+from cuda_agent.agent.feedback_export import MAX_PAIRS_PER_PROMPT
 from cuda_agent.agent.llm import LLM_PROPOSER
 from cuda_agent.agent.llm.settings import (
     LlmBudget,
@@ -207,13 +210,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     common(serve)
 
-    feedback = sub.add_parser("feedback", help="the log of suggestions shown, accepted and rejected")
-    feedback_sub = feedback.add_subparsers(dest="feedback_command", required=True)
-    export = feedback_sub.add_parser("export", help="write preference pairs and rewards (JSONL, Parquet)")
-    export.add_argument(
-        "--log", type=Path, help="the log (default: ./.cuda-agent/feedback.jsonl, else the user data dir's)"
+    feedback = sub.add_parser(
+        "feedback", help="the log of every candidate evaluated, and of users' decisions on suggestions"
     )
+    feedback_sub = feedback.add_subparsers(dest="feedback_command", required=True)
+    export = feedback_sub.add_parser(
+        "export", help="write datasets that TRL and verl train on as they are (JSONL, Parquet, dataset card)"
+    )
+    export.add_argument(
+        "--log", type=Path,
+        help="the log (default: the workspace's .cuda-agent/feedback.jsonl, else the user data dir's); its "
+        "rotated files are read too",
+    )  # fmt: skip
     export.add_argument("--out", type=Path, required=True, help="folder for the datasets")
+    export.add_argument(
+        "--format", dest="formats", action="append", choices=[*FEEDBACK_FORMATS, "all"],
+        help="preferences: TRL prompt/chosen/rejected; rewards: prompt/completion with the milestone reward; "
+        "verl: verl's parquet layout; trajectories: LLM sessions as chat messages (repeatable; default all)",
+    )  # fmt: skip
+    export.add_argument(
+        "--max-pairs-per-prompt", type=int, default=MAX_PAIRS_PER_PROMPT, metavar="N",
+        help="measured preference pairs kept a prompt (default %(default)d)",
+    )  # fmt: skip
 
     bench = sub.add_parser("bench", help="optimize the bench suite and compare with torch.compile")
     bench_main = _bench_main()
@@ -241,8 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool = PoolSettings.from_environment(
         getattr(args, "gpus", ()), getattr(args, "ray", None), getattr(args, "ray_workers", None)
     )
+    # Every candidate evaluated is a sample in the workspace's feedback log (CUDA_AGENT_FEEDBACK=0: none).
+    recorder = CandidateLog.for_folder(Path.cwd())
     try:
-        with Engine(settings, pool=pool) as engine:
+        with Engine(settings, pool=pool, recorder=recorder) as engine:
             return COMMANDS[args.command](engine, args)
     except RayUnavailable as exc:
         err.print(f"[bold red]cuda-agent: error:[/] --ray: {escape(str(exc))}")
@@ -696,7 +716,7 @@ def cmd_bench(engine: Engine, args: argparse.Namespace) -> int:
 
     # The bench measures search times: unless asked, cached results would make every search look instant.
     settings = replace(engine.settings, use_cache=args.cache and not args.no_cache)
-    with Engine(settings) as bench_engine:
+    with Engine(settings, recorder=engine.recorder) as bench_engine:
         return run_bench(
             bench_engine, args.kernels, args.budget_s, args.out, args.proposer, console, suite=args.suite
         )
@@ -728,33 +748,49 @@ def cmd_serve(settings: EngineSettings, args: argparse.Namespace) -> int:
         handler.addFilter(RedactSecrets())  # a client's cudaAgent.llm.apiKey never reaches the log
     if args.log_level != "DEBUG":
         logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
+    pool = PoolSettings.from_environment(args.gpus, args.ray, args.ray_workers)
+    if pool.ray_address:
+        try:
+            import_ray()  # said now, not in an editor's first GPU notice
+        except RayUnavailable as exc:
+            err.print(f"[bold red]cuda-agent: error:[/] --ray: {escape(str(exc))}")
+            return 2
     if not (args.tcp or args.ws):
-        serve_stdio(Backend(settings), token=args.token)
+        serve_stdio(Backend(settings, pool), token=args.token)
         return 0
     try:
         check_bind(args.host, args.token)
     except InsecureBind as exc:
         err.print(f"[bold red]cuda-agent: error:[/] {escape(str(exc))}")
         return 2
-    run_tcp(Backend(settings), args.host, args.port, args.token, websocket=args.ws)
+    run_tcp(Backend(settings, pool), args.host, args.port, args.token, websocket=args.ws)
     return 0
 
 
 def cmd_feedback_export(args: argparse.Namespace) -> int:
-    from cuda_agent.agent.feedback import LOG_DIR, LOG_NAME, default_log_path, read_records
-    from cuda_agent.agent.feedback_export import export
+    from cuda_agent.agent.feedback import FeedbackLog, default_log_path, find_workspace
+    from cuda_agent.agent.feedback_export import ExportError, export
 
     log = args.log
     if log is None:
-        local = Path.cwd() / LOG_DIR / LOG_NAME
-        log = local if local.is_file() else default_log_path(None)
-    if not log.is_file():
-        raise UsageError(f"{relative(log)}: no feedback log there (pass --log PATH)")
-    records = read_records(log)
-    if not records:
-        raise UsageError(f"{relative(log)}: the feedback log holds no records")
-    for path in export(records, args.out):
+        log = default_log_path(find_workspace(Path.cwd()))
+        if not FeedbackLog(log).exists():
+            log = default_log_path(None)
+    formats = FEEDBACK_FORMATS if not args.formats or "all" in args.formats else tuple(args.formats)
+    try:
+        summary = export(log, args.out, formats, args.max_pairs_per_prompt)
+    except ExportError as exc:
+        raise UsageError(f"{relative(log)}: {exc}") from exc
+    for note in summary.notes:
+        err.print(f"[yellow]note: {escape(note)}[/]")
+    for path in summary.files:
         console.print(f"wrote {relative(path)}")
+    pairs = sum(summary.pairs.values())
+    rewards = ", ".join(f"{reward:+d}: {count:,}" for reward, count in sorted(summary.rewards.items()))
+    console.print(
+        f"{summary.samples:,} samples of {summary.prompts:,} prompts ({rewards or 'no rewards'}), "
+        f"{pairs:,} preference pairs, {summary.trajectories:,} LLM sessions"
+    )
     return 0
 
 

@@ -1,18 +1,32 @@
 """Code actions on the kernels under the range: "Add benchmark spec" (a quick fix writing the inferred
-spec above the kernel), "Optimize kernel" (starts its job), and for a verified rewrite of exactly this
-text "Apply verified rewrite" (`refactor.rewrite`, the edit built on resolve from the rewrite id in
-`data`, as ruff-lsp does) and "Reject suggestion"."""
+spec above the kernel), "Optimize kernel" (starts its job; "Cancel optimization" while it runs), and for a
+verified rewrite of exactly this text "Apply verified rewrite" (`refactor.rewrite`, the edit built on
+resolve from the rewrite id in `data`, as ruff-lsp does) and "Reject suggestion".
+
+They are everything the code lens offers, for clients without lenses (Emacs's eglot, Vim's ALE), and they
+take the form the client can use (capabilities.py): the edit inside the action where the client cannot
+resolve one, commands where it takes no CodeAction objects (leaving out the edits it could not apply)."""
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cuda_agent.agent.spec import render_spec
 from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.server.capabilities import ClientSupport
+from cuda_agent.server.diagnostics import REWRITE_CODE
 from cuda_agent.server.documents import Analysis, Document, Documents
-from cuda_agent.server.lenses import OPTIMIZE_COMMAND, REJECT_COMMAND
+from cuda_agent.server.lenses import (
+    ADD_SPEC_COMMAND,
+    APPLY_COMMAND,
+    CANCEL_COMMAND,
+    OPTIMIZE_COMMAND,
+    REJECT_COMMAND,
+)
 from cuda_agent.server.positions import span_range, to_byte_column
 from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
@@ -21,6 +35,7 @@ from cuda_agent.line_endings import in_line_endings_of
 
 ADD_SPEC_TITLE = "Add benchmark spec"
 OPTIMIZE_TITLE = "Optimize kernel"
+CANCEL_TITLE = "Cancel optimization"
 REJECT_TITLE = "Reject suggestion"
 REWRITE_ANNOTATION = "cuda-agent.verified-rewrite"
 KINDS = [
@@ -35,14 +50,27 @@ def wanted(only: list[str] | None, kind: str) -> bool:
     return not only or any(kind == k or kind.startswith(f"{k}.") for k in only)
 
 
+@dataclass(frozen=True)
+class Offer:
+    action: types.CodeAction
+    # The same as a command, for clients that take no CodeAction objects; None where that would need an
+    # edit the client cannot be sent (no workspace/applyEdit).
+    command: types.Command | None
+
+
 def code_actions(
-    analysis: Analysis, document: Document, params: types.CodeActionParams, document_changes: bool
-) -> list[types.CodeAction]:
+    analysis: Analysis,
+    document: Document,
+    params: types.CodeActionParams,
+    support: ClientSupport,
+    searching: Callable[[str], bool] = lambda _: False,
+) -> list[types.CodeAction | types.Command]:
+    """`searching(kernel)`: whether the kernel's optimization is running or queued."""
     only, uri = params.context.only, params.text_document.uri
     start = to_byte_column(analysis.lines, params.range.start)
     end = to_byte_column(analysis.lines, params.range.end)
     targets = {id(t): t for t in (analysis.target_at(*start), analysis.target_at(*end)) if t is not None}
-    actions = []
+    offers: list[Offer] = []
     for target in targets.values():
         name = target.kernel.name
         result = document.current_result(name) if analysis.version == document.version else None
@@ -51,62 +79,81 @@ def code_actions(
             and result.rewrite is not None
             and wanted(only, types.CodeActionKind.RefactorRewrite)
         ):
-            actions += rewrite_actions(result, params.context.diagnostics)
-        edit = add_spec_edit(analysis, uri, target, document_changes)
+            offers += rewrite_offers(result, params.context.diagnostics, document, support)
+        edit = add_spec_edit(analysis, uri, target, support.document_changes)
         if edit is not None and wanted(only, types.CodeActionKind.QuickFix):
-            actions.append(
-                types.CodeAction(
-                    title=f"{ADD_SPEC_TITLE} for {name}", kind=types.CodeActionKind.QuickFix, edit=edit
-                )
-            )
+            title = f"{ADD_SPEC_TITLE} for {name}"
+            action = types.CodeAction(title=title, kind=types.CodeActionKind.QuickFix, edit=edit)
+            offers.append(Offer(action, _via(support, title, ADD_SPEC_COMMAND, [uri, name])))
         if name and target.spec is not None and wanted(only, types.CodeActionKind.Refactor):
-            actions.append(
-                types.CodeAction(
-                    title=f"{OPTIMIZE_TITLE}: {name}",
-                    kind=types.CodeActionKind.Refactor,
-                    command=types.Command(
-                        title=OPTIMIZE_TITLE, command=OPTIMIZE_COMMAND, arguments=[uri, name]
-                    ),
-                )
+            # While it runs, stopping it is the action (clients without progress have no other way).
+            title, command = (
+                (f"{CANCEL_TITLE}: {name}", CANCEL_COMMAND)
+                if searching(name)
+                else (f"{OPTIMIZE_TITLE}: {name}", OPTIMIZE_COMMAND)
             )
-    return actions
+            run = types.Command(title=title, command=command, arguments=[uri, name])
+            action = types.CodeAction(title=title, kind=types.CodeActionKind.Refactor, command=run)
+            offers.append(Offer(action, run))
+    if support.code_action_literals:
+        return [offer.action for offer in offers]
+    return [offer.command for offer in offers if offer.command is not None]
 
 
-def rewrite_actions(result: OptimizeResult, diagnostics: list[types.Diagnostic]) -> list[types.CodeAction]:
-    """Apply (no edit yet: resolved from `data`) and Reject, tied to the diagnostic that announced it."""
+def _via(support: ClientSupport, title: str, command: str, arguments: list[Any]) -> types.Command | None:
+    """The command that makes an action's edit through workspace/applyEdit, where the client takes that."""
+    return types.Command(title=title, command=command, arguments=arguments) if support.apply_edit else None
+
+
+def rewrite_offers(
+    result: OptimizeResult, diagnostics: list[types.Diagnostic], document: Document, support: ClientSupport
+) -> list[Offer]:
+    """Apply and Reject, tied to the diagnostic that announced the rewrite. Apply's edit comes on resolve
+    (from `data`) where the client resolves edits, else inside the action."""
     assert result.rewrite is not None
-    announced = [d for d in diagnostics if d.data == result.rewrite_id] or None
+    # By `data`, or for a client that drops a diagnostic's data, by its code and message.
+    announced = [
+        d for d in diagnostics
+        if d.data == result.rewrite_id or (d.code == REWRITE_CODE and d.message == result.headline())
+    ] or None  # fmt: skip
+    title = f"Apply verified rewrite: {result.rewrite.speedup:.2f}× faster"
+    lazy = support.code_action_resolve_edit
+    apply = types.CodeAction(
+        title=title,
+        kind=types.CodeActionKind.RefactorRewrite,
+        diagnostics=announced,
+        is_preferred=True if support.code_action_preferred else None,
+        edit=None if lazy else rewrite_edit(document, result, support.document_changes),
+        data=result.rewrite_id if lazy else None,
+    )
+    reject = types.Command(title=REJECT_TITLE, command=REJECT_COMMAND, arguments=[result.uri, result.kernel])
     return [
-        types.CodeAction(
-            title=f"Apply verified rewrite: {result.rewrite.speedup:.2f}× faster",
-            kind=types.CodeActionKind.RefactorRewrite,
-            diagnostics=announced,
-            is_preferred=True,
-            data=result.rewrite_id,
-        ),
-        types.CodeAction(
-            title=REJECT_TITLE,
-            kind=types.CodeActionKind.RefactorRewrite,
-            diagnostics=announced,
-            command=types.Command(
-                title=REJECT_TITLE, command=REJECT_COMMAND, arguments=[result.uri, result.kernel]
+        Offer(apply, _via(support, title, APPLY_COMMAND, [result.uri, result.kernel])),
+        Offer(
+            types.CodeAction(
+                title=REJECT_TITLE,
+                kind=types.CodeActionKind.RefactorRewrite,
+                diagnostics=announced,
+                command=reject,
             ),
+            reject,
         ),
     ]
 
 
 def resolve_code_action(
-    action: types.CodeAction, documents: Documents, document_changes: bool
+    action: types.CodeAction, documents: Documents, support: ClientSupport
 ) -> types.CodeAction:
     """Give an apply action its edit, if its rewrite is still the current one for exactly this text."""
     result = rewrite_for(documents, action.data)
     if result is None:
-        if isinstance(action.data, dict) and "candidate" in action.data:
+        stale = isinstance(action.data, dict) and "candidate" in action.data
+        if stale and support.code_action_disabled:
             action.disabled = types.CodeActionDisabled(
                 reason="the text changed since this rewrite was verified"
             )
         return action
-    action.edit = rewrite_edit(documents.get(result.uri), result, document_changes)  # type: ignore[arg-type]
+    action.edit = rewrite_edit(documents.get(result.uri), result, support.document_changes)  # type: ignore[arg-type]
     return action
 
 

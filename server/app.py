@@ -3,6 +3,12 @@
 Handlers answer from memory (documents.py); anything slow (analysing a big file, compiling, the GPU)
 runs off the event loop. A failing handler logs to stderr and answers empty: a language server that dies
 on odd input takes the editor's features with it.
+
+What the server does for a client is what the client declared (capabilities.py), and every request it sends
+the client has a timeout (`ask`). An action the user chose (a command) is always answered where they see it
+(`window/showMessage`, an Error where it could not be done: the type every client shows); work nobody asked
+for says a problem once, then only logs it. Messages carry no "cuda-agent:" prefix: every client already
+says which server is speaking (VS Code the extension, Neovim `LSP[cuda_agent]`, ALE the linter's name).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +29,7 @@ from cuda_agent.agent.llm.transcript import render_markdown
 from cuda_agent.server import actions, diagnostics, hover, lenses
 from cuda_agent.server.access import presented_token, token_accepted
 from cuda_agent.server.backend import Backend, GpuStatus
+from cuda_agent.server.capabilities import NOTHING, ClientSupport
 from cuda_agent.server.documents import (
     Analysis,
     Document,
@@ -39,12 +47,12 @@ from cuda_agent.server.jobs import (
     OptimizationJobs,
 )
 from cuda_agent.server.positions import apply_change
+from cuda_agent.server.replies import EncodedReplies
 from cuda_agent.server.rewrites import OptimizeResult
 from cuda_agent.server.settings import SECTION, ServerSettings, read_settings, section_of
 from lsprotocol import types
 from pygls.exceptions import JsonRpcServerError
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
@@ -56,6 +64,13 @@ T = TypeVar("T")
 
 SHOW_TRANSCRIPT_COMMAND = "cudaAgent.showTranscript"  # [uri, kernel]: the LLM session behind a result
 DEBOUNCE_S = 0.15  # after the last keystroke, before re-analysing: a burst of typing costs one parse
+REQUEST_TIMEOUT_S = 5.0  # a server→client request unanswered this long is given up (and cancelled)
+EDIT_TIMEOUT_S = 300.0  # workspace/applyEdit: the client may be waiting for the user to confirm the edit
+ERROR = types.MessageType.Error
+NO_APPLY_EDIT = (
+    "this editor takes no edits from the server (workspace/applyEdit): use the code action instead, "
+    "which carries the edit"
+)
 NO_GPU_HINT = (
     "Discovery, spec checks and compile diagnostics still work. To optimize, run the server on a machine "
     "with an NVIDIA GPU, or start `cuda-agent serve --tcp` on a GPU box and connect the editor to it."
@@ -74,7 +89,7 @@ def close_writer(writer: Any) -> None:
         future.add_done_callback(_closing.discard)
 
 
-class CudaAgentProtocol(LanguageServerProtocol):
+class CudaAgentProtocol(EncodedReplies):
     """Over TCP, a client's `exit` ends its own connection, not the process that serves the next client."""
 
     @lsp_method(types.EXIT)
@@ -138,7 +153,11 @@ class CudaAgentServer(LanguageServer):
         self.gpu_message_shown = False
         self.gpu_status_sent: GpuStatus | None = None  # as last sent in cudaAgent/status
         self.llm_message = ""  # the LLM proposer's state, as last said to the user
+        self.support: ClientSupport = NOTHING  # what the client declared, from `initialize`
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._settings_pull: asyncio.Future[None] | None = None
+        # The diagnostics last published per document: the same again for the same version is not sent.
+        self._published: dict[str, types.PublishDiagnosticsParams] = {}
         # Over stdio: set by the session, resolved with the exit code when the client says `exit`.
         self.exit_requested: asyncio.Future[int] | None = None
 
@@ -146,12 +165,8 @@ class CudaAgentServer(LanguageServer):
         """Take the client's settings (the cudaAgent section); a bad value is reported and the previous
         one kept. Applies to jobs started from now on."""
         settings, problems = read_settings(raw, self.settings)
-        if problems:
-            self.window_show_message(
-                types.ShowMessageParams(
-                    type=types.MessageType.Warning, message="cuda-agent settings: " + "; ".join(problems)
-                )
-            )
+        if problems:  # each names its setting (cudaAgent.…)
+            self.tell("; ".join(problems), types.MessageType.Warning)
         self.settings = settings
         self.jobs.budget_s = settings.search_budget_s
         self.jobs.sanitize = settings.sanitize
@@ -176,38 +191,69 @@ class CudaAgentServer(LanguageServer):
             self.llm_message = ""
             return
         message = (
-            f"cuda-agent: the LLM proposer is disabled: {reason}. The offline search runs alone."
+            f"The LLM proposer is disabled: {reason}. The offline search runs alone."
             if reason is not None
-            else f"cuda-agent: LLM proposer: {describe(llm)}"
+            else f"LLM proposer: {describe(llm)}"
         )
         if message == self.llm_message:
             return
         self.llm_message = message
         if reason is not None:
-            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+            self.tell(message, types.MessageType.Warning)
         else:
-            self.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+            self.log(message)
 
-    async def pull_settings(self) -> None:
-        """Ask the client for the cudaAgent section, where it can answer (workspace/configuration)."""
-        workspace = self.client_capabilities.workspace
-        if not (workspace and workspace.configuration):
+    def pull_settings(self) -> None:
+        """Ask the client for the cudaAgent section (workspace/configuration), unless a request for it is
+        already out: the client answers that one after any change it announced meanwhile, so the answer
+        has it. (Clients send didChangeConfiguration right after `initialized`: one request, not two.)"""
+        if not self.support.configuration:
             return
+        if self._settings_pull is None or self._settings_pull.done():
+            self._settings_pull = self.spawn(self._pull_settings())
+
+    async def _pull_settings(self) -> None:
         try:
-            answer = await self.workspace_configuration_async(
-                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
+            answer = await self.ask(
+                types.WORKSPACE_CONFIGURATION,
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)]),
             )
-        except Exception:  # a client that says it can and then cannot: keep what we have
+        except Exception:  # a client that says it can and then cannot, or does not answer: keep ours
             logger.warning("workspace/configuration failed", exc_info=True)
             return
         if answer:
             await self.apply_settings(answer[0])
 
-    def spawn(self, work: Awaitable[None]) -> None:
+    async def ask(self, method: str, params: Any, timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+        """A request to the client; asyncio.TimeoutError when unanswered after `timeout_s`, and the client is
+        told with $/cancelRequest. The wait is shielded: cancelling it never cancels pygls's own future of
+        the request, whose late answer would then raise inside pygls (pygls#621)."""
+        msg_id = str(uuid.uuid4())
+        answer = asyncio.wrap_future(self.protocol.send_request(method, params, msg_id=msg_id))
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), timeout_s)
+        except asyncio.TimeoutError:
+            logger.warning("%s: no answer from the client in %g s", method, timeout_s)
+            self.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+            raise
+        finally:
+            if not answer.done():  # a late answer or error, taken so that asyncio does not report it
+                answer.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    def tell(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        """Say something the user should see now."""
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def log(self, message: str) -> None:
+        """Record something in the client's log of this server, without interrupting the user."""
+        self.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+
+    def spawn(self, work: Awaitable[None]) -> asyncio.Future[None]:
         """Run background work, keeping a reference (asyncio holds tasks weakly) and logging failures."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
@@ -221,11 +267,21 @@ class CudaAgentServer(LanguageServer):
         self.jobs.cancel_all()
 
     def publish(self, document: Document) -> None:
-        """Publish the document's diagnostics if its analysis describes the text as it is now."""
+        """Publish the document's diagnostics if its analysis describes the text as it is now, and they are
+        not what was last published for this version (a save's compile that found nothing, an interim
+        result's final one: editors redraw, and some list every publish)."""
         analysis = document.analysis
         if analysis is None or not self.documents.is_current(document, analysis.version):
             return
-        self.text_document_publish_diagnostics(diagnostics.publish_params(document, analysis))
+        params = diagnostics.publish_params(document, analysis)
+        if self._published.get(document.uri) == params:
+            return
+        self._published[document.uri] = params
+        self.text_document_publish_diagnostics(params)
+
+    def forget_published(self, uri: str) -> None:
+        """The client dropped the document's diagnostics (closed, or opened anew): the next are sent."""
+        self._published.pop(uri, None)
 
     def send_result(self, result: OptimizeResult) -> None:
         """The full result, for clients that show more than diagnostics (the VS Code extension); the
@@ -235,10 +291,14 @@ class CudaAgentServer(LanguageServer):
 
     def refresh_lenses(self) -> None:
         """Ask the client to fetch the code lenses again (they changed without an edit), where it can."""
-        workspace = self.client_capabilities.workspace
-        lens = workspace.code_lens if workspace else None
-        if lens is not None and lens.refresh_support:
-            self.spawn(self.workspace_code_lens_refresh_async(None))
+        if self.support.lens_refresh:
+            self.spawn(self._refresh_lenses())
+
+    async def _refresh_lenses(self) -> None:
+        try:
+            await self.ask(types.WORKSPACE_CODE_LENS_REFRESH, None)
+        except Exception:  # unanswered or refused: the lenses update at the next edit
+            logger.info("workspace/codeLens/refresh failed", exc_info=True)
 
 
 def guarded(default: Callable[[], T]) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
@@ -270,6 +330,7 @@ def create_server(
     @server.feature(types.INITIALIZE)
     async def initialize(ls: CudaAgentServer, params: types.InitializeParams) -> None:
         if token_accepted(ls.token, presented_token(params.initialization_options)):
+            ls.support = ClientSupport.of(params.capabilities)
             ls.workspace_path = _workspace(params)
             # initializationOptions carry the same settings, for clients without workspace/configuration.
             await ls.apply_settings(params.initialization_options)
@@ -280,7 +341,7 @@ def create_server(
             # After the error response is written: a refused client gets nothing more from this socket.
             asyncio.get_running_loop().call_later(0.2, close_writer, writer)
         raise JsonRpcServerError(
-            'cuda-agent: this server needs a token: set initializationOptions {"token": "..."} to the '
+            'This server needs a token: set initializationOptions {"token": "..."} to the '
             "value it was started with (--token or CUDA_AGENT_TOKEN)",
             code=-32001,
             data={"retry": False},
@@ -289,16 +350,15 @@ def create_server(
     @server.feature(types.INITIALIZED)
     @guarded(lambda: None)
     async def initialized(ls: CudaAgentServer, params: types.InitializedParams) -> None:
-        ls.spawn(ls.pull_settings())
+        ls.pull_settings()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @guarded(lambda: None)
     async def did_change_configuration(
         ls: CudaAgentServer, params: types.DidChangeConfigurationParams
     ) -> None:
-        workspace = ls.client_capabilities.workspace
-        if workspace and workspace.configuration:
-            ls.spawn(ls.pull_settings())  # VS Code sends an empty payload: the settings are to be asked for
+        if ls.support.configuration:
+            ls.pull_settings()  # VS Code sends an empty payload: the settings are to be asked for
         else:
             await ls.apply_settings(section_of(params.settings))
 
@@ -312,6 +372,7 @@ def create_server(
     async def did_open(ls: CudaAgentServer, params: types.DidOpenTextDocumentParams) -> None:
         item = params.text_document
         document = ls.documents.open(item.uri, item.version, item.text)
+        ls.forget_published(item.uri)
         ls.spawn(_analyse_and_publish(ls, document, delay_s=0.0, recall=True))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -336,6 +397,7 @@ def create_server(
     @guarded(lambda: None)
     async def did_close(ls: CudaAgentServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.documents.close(params.text_document.uri)
+        ls.forget_published(params.text_document.uri)
         ls.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[])
         )
@@ -358,27 +420,31 @@ def create_server(
         analysis = await current_analysis(document)
         fresh = document.current_compile() is not None
         results = {r.kernel: r for r in document.current_results()}
-        return hover.hover(analysis, params.position, document.resources, fresh, results)
+        markdown = ls.support.hover_markdown
+        return hover.hover(analysis, params.position, document.resources, fresh, results, markdown)
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
         types.CodeActionOptions(code_action_kinds=actions.KINDS, resolve_provider=True),
     )
     @guarded(list)
-    async def code_action(ls: CudaAgentServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    async def code_action(
+        ls: CudaAgentServer, params: types.CodeActionParams
+    ) -> list[types.CodeAction | types.Command]:
         document = ls.documents.get(params.text_document.uri)
         if document is None:
             return []
         document.cursor = (params.range.start.line, params.range.start.character)
         analysis = await current_analysis(document)
-        return actions.code_actions(analysis, document, params, _document_changes(ls))
+        searching = functools.partial(ls.jobs.running, document.uri)
+        return actions.code_actions(analysis, document, params, ls.support, searching)
 
     @server.feature(types.CODE_ACTION_RESOLVE)
     async def resolve_code_action(ls: CudaAgentServer, action: types.CodeAction) -> types.CodeAction:
         try:
             # Resolving is not accepting (editors also resolve to preview): the feedback log counts the
             # rewrite as accepted when the document's text becomes it.
-            return actions.resolve_code_action(action, ls.documents, _document_changes(ls))
+            return actions.resolve_code_action(action, ls.documents, ls.support)
         except Exception:  # answered unresolved rather than as an error
             logger.exception("resolving %r failed", action.title)
             return action
@@ -386,17 +452,21 @@ def create_server(
     @server.command(lenses.APPLY_COMMAND)
     @guarded(lambda: None)
     async def apply_rewrite(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
-        """The lens's "Apply": the same edit the resolved code action carries, sent as workspace/applyEdit."""
+        """The lens's "Apply": the same edit the resolved code action carries, sent as workspace/applyEdit
+        (where the client takes it; else the answer carries the edit, and says to use the code action)."""
         result = _command_result(ls, arguments)
         document = ls.documents.get(result.uri) if result is not None else None
-        if result is None or document is None:
-            return {"applied": False, "reason": "no verified rewrite for this text"}
-        edit = actions.rewrite_edit(document, result, _document_changes(ls))
-        answer = await ls.workspace_apply_edit_async(
-            types.ApplyWorkspaceEditParams(edit=edit, label=f"Apply verified rewrite of {result.kernel}")
-        )
+        if result is None or document is None or result.rewrite is None:
+            return _refused(ls, {"applied": False}, "No verified rewrite for this text: nothing was applied")
+        edit = actions.rewrite_edit(document, result, ls.support.document_changes)
+        label = f"Apply verified rewrite of {result.kernel}"
+        answer = await _apply_edit(ls, edit, label)
+        if answer is None:
+            return {"applied": False, "reason": NO_APPLY_EDIT, "edit": edit}
         if answer.applied:
             ls.feedback.decided(result.uri, result.kernel, "accepted")
+        elif answer.failure_reason:  # declined without a reason: the user's own choice, in the client
+            ls.tell(f"The rewrite of {result.kernel} was not applied: {answer.failure_reason}", ERROR)
         return {"applied": answer.applied, "reason": answer.failure_reason or ""}
 
     @server.command(lenses.REJECT_COMMAND)
@@ -404,18 +474,24 @@ def create_server(
     async def reject_rewrite(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
         result = _command_result(ls, arguments)
         document = ls.documents.get(result.uri) if result is not None else None
-        if result is None or document is None:
+        if result is None or document is None or not ls.jobs.reject(document, result.kernel):
+            ls.tell("No suggestion to reject here")
             return {"rejected": False}
-        return {"rejected": ls.jobs.reject(document, result.kernel)}
+        ls.tell(f"Rejected the suggested rewrite of {result.kernel}")
+        return {"rejected": True}
 
     @server.command(lenses.CANCEL_COMMAND)
     @guarded(lambda: None)
     async def cancel_optimization(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
         """Stop a kernel's search (as cancelling its progress does): arguments [uri, kernel]."""
         if len(arguments) < 2 or not all(isinstance(a, str) for a in arguments[:2]):
-            return {"cancelled": False, "reason": "expected the arguments [uri, kernel]"}
+            return _refused(
+                ls, {"cancelled": False}, "Cancel optimization: expected the arguments [uri, kernel]"
+            )
         uri, kernel = arguments[0], arguments[1]
-        return {"cancelled": ls.jobs.cancel(uri, kernel)}
+        cancelled = ls.jobs.cancel(uri, kernel)
+        ls.tell(f"Stopping the optimization of {kernel}" if cancelled else f"{kernel} is not being optimized")
+        return {"cancelled": cancelled}
 
     @server.command(SHOW_TRANSCRIPT_COMMAND)
     @guarded(lambda: None)
@@ -437,30 +513,35 @@ def create_server(
 
     @server.command(lenses.ADD_SPEC_COMMAND)
     @guarded(lambda: None)
-    async def add_spec(ls: CudaAgentServer, *arguments: Any) -> None:
+    async def add_spec(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
         found = await _command_target(ls, arguments)
-        if found is None:
-            return
-        document, analysis_target = found
-        analysis = await current_analysis(document)
-        edit = actions.add_spec_edit(analysis, document.uri, analysis_target, _document_changes(ls))
-        if edit is not None:
-            await ls.workspace_apply_edit_async(
-                types.ApplyWorkspaceEditParams(edit=edit, label=actions.ADD_SPEC_TITLE)
+        analysis = await current_analysis(found[0]) if found is not None else None
+        edit = None
+        if found is not None and analysis is not None:
+            edit = actions.add_spec_edit(analysis, found[0].uri, found[1], ls.support.document_changes)
+        if edit is None:
+            return _refused(
+                ls, {"applied": False}, "No spec to add: the kernel has one, or none can be inferred"
             )
+        answer = await _apply_edit(ls, edit, actions.ADD_SPEC_TITLE)
+        if answer is None:
+            return {"applied": False, "reason": NO_APPLY_EDIT, "edit": edit}
+        return {"applied": answer.applied, "reason": answer.failure_reason or ""}
 
     @server.command(lenses.OPTIMIZE_COMMAND)
     @guarded(lambda: None)
     async def optimize(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
         found = await _command_target(ls, arguments)
         if found is None:
-            return {"started": False, "reason": "no such kernel in an open document"}
+            name = arguments[1] if len(arguments) > 1 else "?"
+            answer = {"started": False, "reason": "no such kernel in an open document"}
+            return _refused(ls, answer, f"Not optimized: no kernel {name!r} in an open document")
         document, target = found
-        gpu = await _gpu_or_say_why(ls)
+        gpu = await _gpu_or_say_why(ls, asked=True)
         if gpu is None:
             return {"started": False, "reason": "no GPU"}
-        answer = await ls.jobs.request(document.uri, document.version, target, gpu, URGENT)
-        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Info, message=answer.message))
+        answer = await ls.jobs.request(document.uri, document.version, target, gpu, URGENT, asked=True)
+        ls.tell(answer.message)
         return {"started": answer.started, "reason": answer.message}
 
     return server
@@ -473,10 +554,26 @@ def _workspace(params: types.InitializeParams) -> Path | None:
     return Path(path) if path else None
 
 
-def _document_changes(ls: CudaAgentServer) -> bool:
-    workspace = ls.client_capabilities.workspace
-    edit = workspace.workspace_edit if workspace else None
-    return bool(edit and edit.document_changes)
+def _refused(ls: CudaAgentServer, answer: dict[str, Any], message: str) -> dict[str, Any]:
+    """A command that could not do what was asked: said to the user, and answered with the reason (the
+    answer's own, where it has one)."""
+    ls.tell(message, ERROR)
+    return {"reason": message, **answer}
+
+
+async def _apply_edit(
+    ls: CudaAgentServer, edit: types.WorkspaceEdit, label: str
+) -> types.ApplyWorkspaceEditResult | None:
+    """workspace/applyEdit, where the client takes it (None where it does not: the user is told)."""
+    if not ls.support.apply_edit:
+        ls.tell(f"{label}: {NO_APPLY_EDIT}", ERROR)
+        return None
+    try:
+        return await ls.ask(
+            types.WORKSPACE_APPLY_EDIT, types.ApplyWorkspaceEditParams(edit=edit, label=label), EDIT_TIMEOUT_S
+        )
+    except asyncio.TimeoutError:
+        return types.ApplyWorkspaceEditResult(applied=False, failure_reason="the editor did not answer")
 
 
 def _command_result(ls: CudaAgentServer, arguments: tuple[Any, ...]) -> OptimizeResult | None:
@@ -500,9 +597,9 @@ async def _command_target(ls: CudaAgentServer, arguments: tuple[Any, ...]) -> tu
     return (document, target) if target is not None else None
 
 
-async def _gpu_or_say_why(ls: CudaAgentServer) -> GpuStatus | None:
-    """The GPU status when there is one; else None, after telling the user once per session, clearly
-    (later attempts only log it)."""
+async def _gpu_or_say_why(ls: CudaAgentServer, asked: bool = False) -> GpuStatus | None:
+    """The GPU status when there is one; else None, after telling the user: every time they `asked`,
+    else (a save, a pause) once per session, later attempts only logging it."""
     gpu = await ls.backend.gpu_status()
     if gpu != ls.gpu_status_sent:  # the GPU in use, for clients that show it before any result
         ls.gpu_status_sent = gpu
@@ -511,14 +608,14 @@ async def _gpu_or_say_why(ls: CudaAgentServer) -> GpuStatus | None:
         )
     if gpu.available:
         return gpu
-    message = (
-        f"cuda-agent: optimizing needs an NVIDIA GPU, and there is none here ({gpu.reason}). {NO_GPU_HINT}"
-    )
-    if not ls.gpu_message_shown:
-        ls.gpu_message_shown = True
-        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+    message = f"Optimizing needs an NVIDIA GPU, and there is none here ({gpu.reason}). {NO_GPU_HINT}"
+    if asked:
+        ls.tell(message, ERROR)
+    elif not ls.gpu_message_shown:
+        ls.tell(message, types.MessageType.Warning)
     else:
-        ls.window_log_message(types.LogMessageParams(type=types.MessageType.Info, message=message))
+        ls.log(message)
+    ls.gpu_message_shown = True
     return None
 
 

@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 from cuda_agent.agent.cache import ResultCache, result_key
 from cuda_agent.agent.candidates import OF_THE_REWRITE
 from cuda_agent.agent.engine import Engine, EngineSettings, Progress
+from cuda_agent.agent.executors import PoolSettings
 from cuda_agent.agent.llm.settings import LlmSettings
 from cuda_agent.agent.optimize import OptimizeOutcome, optimize
 from cuda_agent.agent.targets import FileTargets, KernelTarget
@@ -105,23 +106,33 @@ class GpuStatus:
 ENGINE_STACK_BYTES = 512 * 1024 * 1024
 
 
-def _engine_thread() -> ThreadPoolExecutor:
-    """The one engine thread, started now with ENGINE_STACK_BYTES of stack (threads made later get the
-    default again)."""
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-agent-engine")
+def _big_stack_threads(count: int, name: str) -> ThreadPoolExecutor:
+    """`count` threads, all started now with ENGINE_STACK_BYTES of stack (threads made later get the
+    default again): each waits at a barrier until the last has started, so the executor makes them all."""
+    executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix=name)
     previous = threading.stack_size(ENGINE_STACK_BYTES)
     try:
-        executor.submit(lambda: None).result()
+        started = threading.Barrier(count)
+        for future in [executor.submit(started.wait) for _ in range(count)]:
+            future.result()
     finally:
         threading.stack_size(previous)
     return executor
 
 
 class Backend:
-    def __init__(self, settings: EngineSettings | None = None) -> None:
+    """The engine for every session of the process. Compiles and the GPU probe run on one engine thread;
+    searches on threads of their own, as many at once as the executor has GPUs (one with one GPU): with a
+    pool, several editors' searches run side by side, their requests taking the pool's workers in turn,
+    and a compile for diagnostics never waits behind a search."""
+
+    def __init__(self, settings: EngineSettings | None = None, pool: PoolSettings | None = None) -> None:
         self._settings = settings or EngineSettings()
+        self._pool = pool or PoolSettings()
         self._engine: Engine | None = None  # created on the engine thread, on first use
-        self._thread = _engine_thread()
+        self._thread = _big_stack_threads(1, "cuda-agent-engine")
+        self._searches: ThreadPoolExecutor | None = None  # made at the first search: sized by the pool
+        self._running: set[asyncio.Future[Any]] = set()
         self._gpu: GpuStatus | None = None
         self._gpu_lock = asyncio.Lock()
         self._shown: ResultCache | None = None  # the editor's last result per (file text, kernel)
@@ -129,9 +140,20 @@ class Backend:
     async def _run(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, work)
 
+    async def _search(self, work: Callable[[], T]) -> T:
+        if self._searches is None:
+            workers = await self._run(lambda: self._get_engine().executor.workers)
+            self._searches = _big_stack_threads(max(1, workers), "cuda-agent-search")
+        future = asyncio.get_running_loop().run_in_executor(self._searches, work)
+        self._running.add(future)
+        try:
+            return await future
+        finally:
+            self._running.discard(future)
+
     def _get_engine(self) -> Engine:
         if self._engine is None:
-            self._engine = Engine(self._settings)
+            self._engine = Engine(self._settings, pool=self._pool)
         return self._engine
 
     # -- the GPU ---------------------------------------------------------------------------------------
@@ -154,6 +176,8 @@ class Backend:
                     self._engine.close()
                     self._engine = None
 
+            # Searches use the engine from their own threads: they end first (at their budget).
+            await asyncio.gather(*self._running, return_exceptions=True)
             await self._run(close_engine)
 
     async def use_compile_options(
@@ -323,7 +347,7 @@ class Backend:
                 logger.info("%s: %s", rejected.candidate.description, rejected.reason)
             return _result(uri, version, outcome, gpu_name)
 
-        return await self._run(work)
+        return await self._search(work)
 
     async def time_torch(self, target: KernelTarget) -> tuple[MeasuredTime | None, MeasuredTime | None, str]:
         """The spec's oracle timed eager and through torch.compile (cached by the engine); (None, None,
@@ -354,6 +378,8 @@ class Backend:
         except Exception:
             logger.exception("closing the engine failed")
         self._thread.shutdown(wait=False, cancel_futures=True)
+        if self._searches is not None:
+            self._searches.shutdown(wait=False, cancel_futures=True)
 
     def abort(self) -> None:
         """Stop at once, for a process that is leaving (the client said `exit`): the GPU worker and the
@@ -363,6 +389,8 @@ class Backend:
         if engine is not None:
             engine.kill()
         self._thread.shutdown(wait=False, cancel_futures=True)
+        if self._searches is not None:
+            self._searches.shutdown(wait=False, cancel_futures=True)
 
 
 def _time(report: Any) -> MeasuredTime:

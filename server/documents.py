@@ -8,17 +8,20 @@ with the version of the text it was computed from, so nothing computed for old t
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from cuda_agent.agent.kernels import EarlierRead, Kernel
 from cuda_agent.agent.parsing import parse_cuda, reparse
-from cuda_agent.agent.targets import FileTargets, HostFacts, KernelTarget, load_targets
+from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
 from cuda_agent.server.backend import FileCompile, KernelResources
-from cuda_agent.server.positions import split_lines
+from cuda_agent.server.positions import lines_after_edit, split_lines
 from cuda_agent.server.rewrites import OptimizeResult
 from pygls.uris import to_fs_path
 from tree_sitter import Tree
@@ -26,9 +29,16 @@ from tree_sitter import Tree
 logger = logging.getLogger(__name__)
 
 
-# A text, its tree-sitter tree and its kernels, for the next edit's incremental reparse and reading.
-# The last analysed text, its tree, its kernels and what its host code said (for the next edit).
-Parsed = tuple[bytes, Tree, tuple[Kernel, ...], HostFacts | None] | None
+@dataclass(frozen=True)
+class Parsed:
+    """The last analysed text, its tree and what was found in it, for the next edit: tree-sitter reparses
+    around the edit, and the kernels, specs and lines the edit left alone are kept."""
+
+    data: bytes
+    tree: Tree
+    kernels: tuple[Kernel, ...]
+    targets: FileTargets
+    lines: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -42,7 +52,28 @@ class Analysis:
 
     def target_at(self, line: int, byte_column: int) -> KernelTarget | None:
         """The kernel whose definition holds the position (0-based line, UTF-8 byte column)."""
-        return next((t for t in self.targets.targets if t.kernel.contains(line, byte_column)), None)
+        return next((t for t in self.on_line(line) if t.kernel.contains(line, byte_column)), None)
+
+    def name_at(self, line: int, byte_column: int) -> KernelTarget | None:
+        """The named kernel whose name holds the position."""
+        found = (t for t in self.on_line(line) if t.kernel.name and t.kernel.name_contains(line, byte_column))
+        return next(found, None)
+
+    def on_line(self, line: int) -> Iterator[KernelTarget]:
+        """The kernels whose definitions span the line, in source order, found by bisection: hover and code
+        actions ask on every cursor move, and looking through a 50,000-line file's 2,700 kernels took 3 ms."""
+        starts, furthest = self.line_index
+        targets = self.targets.targets
+        for index in range(bisect.bisect_left(furthest, line), bisect.bisect_right(starts, line)):
+            yield targets[index]
+
+    @cached_property
+    def line_index(self) -> tuple[list[int], list[int]]:
+        """Each kernel's first line, and the furthest last line of it and the kernels before it (kernels can
+        nest, inside a broken one), in source order. Made by `analyse`, off the event loop."""
+        kernels = [target.kernel for target in self.targets.targets]
+        ends = (kernel.read.span.end_line + kernel.moved_by[1] for kernel in kernels)
+        return [kernel.start_line for kernel in kernels], list(itertools.accumulate(ends, max))
 
 
 @dataclass
@@ -65,8 +96,12 @@ class Document:
     # lenses by (name, line, spec inferred), with the result they show, for the next text's lenses.
     lenses: tuple[tuple[object, ...], list[Any]] | None = None
     lens_parts: dict[tuple[str, int, bool], tuple[object, list[Any]]] = field(default_factory=dict)
-    _analysing: tuple[int, asyncio.Task[tuple[Analysis, Parsed]]] | None = None
-    _parsed: Parsed = None  # the last analysed text, its tree and its kernels
+    # Each kernel's lenses as JSON split where their line goes, by (name, spec inferred), with their result.
+    lens_templates: dict[tuple[str, bool], tuple[object, list[str]]] = field(default_factory=dict)
+    # The kernels' diagnostics last published, with their JSON, for the next publish (diagnostics.py).
+    diagnostic_parts: dict[Any, Any] = field(default_factory=dict)
+    _analysing: tuple[int, asyncio.Task[tuple[Analysis, Parsed | None]]] | None = None
+    _parsed: Parsed | None = None  # the last analysed text, its tree and what was found in it
     _debounce: asyncio.Task[None] | None = None
     _idle: asyncio.Task[None] | None = None  # the "optimize after idle" timer
 
@@ -83,26 +118,30 @@ class Document:
         return [r for r in self.results.values() if r.version == self.version]
 
 
-def analyse(path: Path, text: str, version: int, previous: Parsed | None = None) -> tuple[Analysis, Parsed]:
+def analyse(
+    path: Path, text: str, version: int, previous: Parsed | None = None
+) -> tuple[Analysis, Parsed | None]:
     """Discovery and specs for one version of a text, and its parse (for the next edit's incremental
     reparse from `previous`). Never raises: whatever the text, the server answers."""
-    data = text.encode("utf-8")
     try:
-        earlier, earlier_host = None, None
+        data = text.encode("utf-8")
         if previous is not None:
             # As one edit of the previous text: tree-sitter reparses only around it (~1 ms on 5,000
             # lines, not ~30), and says which kernels' syntax changed.
-            edited = reparse(previous[0], previous[1], data)
-            tree, earlier = edited.tree, EarlierRead(previous[2], edited.edit, edited.changed)
-            earlier_host = previous[3]
+            edited = reparse(previous.data, previous.tree, data)
+            tree, earlier = edited.tree, EarlierRead(previous.kernels, edited.edit, edited.changed)
+            targets = load_targets(path, text, tree, earlier, previous.targets)
+            lines = lines_after_edit(previous.lines, data, edited.edit)
         else:
             tree = parse_cuda(data)
-        targets = load_targets(path, text, tree, earlier, earlier_host)
+            targets, lines = load_targets(path, text, tree), split_lines(text)
     except Exception:  # tree-sitter and the spec parser are robust, but a crash here would be the server's
         logger.exception("analysing %s failed", path)
         return Analysis(version, FileTargets(path, text, (), ()), split_lines(text)), None
     kernels = tuple(t.kernel for t in targets.targets)
-    return Analysis(version, targets, split_lines(text)), (data, tree, kernels, targets.host_facts)
+    analysis = Analysis(version, targets, lines)
+    analysis.line_index  # noqa: B018 (made now, on this thread: the first hover after an edit needs it)
+    return analysis, Parsed(data, tree, kernels, targets, lines)
 
 
 def uri_path(uri: str) -> Path:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cuda_agent.agent.candidate_log import CandidateLog, process_log
 from cuda_agent.agent.feedback import (
     CandidateInfo,
     Event,
@@ -40,8 +41,11 @@ logger = logging.getLogger(__name__)
 
 
 class SuggestionFeedback:
-    def __init__(self) -> None:
+    def __init__(self, candidates: CandidateLog | None = None) -> None:
         self.log_path: Path | None = None  # None: logging off
+        # The engine's samples of every candidate it evaluates go to the same log: the server's engine
+        # takes the process's log (agent/candidate_log.py), pointed here where the suggestions' log is.
+        self.candidates = candidates if candidates is not None else process_log()
         self._shown: dict[
             tuple[str, str], tuple[int, FeedbackRecord]
         ] = {}  # (uri, kernel) → (version, record)
@@ -52,14 +56,13 @@ class SuggestionFeedback:
     def configure(self, workspace: Path | None, enabled: bool) -> None:
         """Called on initialize and when settings change: off by the cudaAgent.feedback setting or
         CUDA_AGENT_FEEDBACK=0."""
-        if not enabled or not logging_enabled():
-            self.log_path = None
-            return
-        try:
-            self.log_path = default_log_path(workspace)
-        except Exception:  # platformdirs missing or no home: no log rather than no server
-            logger.exception("no feedback log")
-            self.log_path = None
+        self.log_path = None
+        if enabled and logging_enabled():
+            try:
+                self.log_path = default_log_path(workspace)
+            except Exception:  # platformdirs missing or no home: no log rather than no server
+                logger.exception("no feedback log")
+        self.candidates.use(self.log_path)
 
     def shown(self, file_text: str, target: KernelTarget, result: OptimizeResult) -> None:
         if result.rewrite is None or self.log_path is None:

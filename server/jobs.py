@@ -7,6 +7,9 @@ and actions, which answer from memory), out as diagnostics, and as a `cudaAgent/
 
 One job runs at a time (there is one GPU worker); the others wait their turn, and the next to run is the
 most urgent: a kernel the user asked for, or the one under the cursor, before the rest of a saved file.
+
+Progress is a cancellable work-done progress where the client takes one; elsewhere it goes to the log, and
+a job the user asked for ends with a message saying what it found (nothing else would say it ended).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any, Protocol
 from cuda_agent.agent.llm.settings import LlmSettings
 from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.server.backend import Backend, GpuStatus, JobProgress
+from cuda_agent.server.capabilities import ClientSupport
 from cuda_agent.server.documents import Document, Documents
 from cuda_agent.server.feedback import SuggestionFeedback
 from cuda_agent.server.rewrites import OptimizeResult
@@ -41,9 +45,16 @@ class JobHost(Protocol):
     backend: Backend
     documents: Documents
     feedback: SuggestionFeedback
+    support: ClientSupport
 
     @property
     def work_done_progress(self) -> Progress: ...
+
+    async def ask(self, method: str, params: Any) -> Any: ...
+
+    def tell(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None: ...
+
+    def log(self, message: str) -> None: ...
 
     def publish(self, document: Document) -> None: ...
 
@@ -66,6 +77,8 @@ class Job:
     task: asyncio.Task[None] | None = None
     started: bool = False  # holds the GPU (or finished with it)
     stopped: bool = False  # cancelled, or its suggestion rejected: the search ends at the next candidate
+    asked: bool = False  # by the user (a command), not by a save or a pause: its end is said
+    searched: bool = False  # the search is over (what follows is timing the spec's PyTorch oracle)
 
 
 class OptimizationJobs:
@@ -83,28 +96,36 @@ class OptimizationJobs:
         self._turns = asyncio.Condition()
 
     async def request(
-        self, uri: str, version: int, target: KernelTarget, gpu: GpuStatus, priority: int = URGENT
+        self,
+        uri: str,
+        version: int,
+        target: KernelTarget,
+        gpu: GpuStatus,
+        priority: int = URGENT,
+        asked: bool = False,
     ) -> JobAnswer:
         """Start the optimization job of one kernel at one document version (once: a second request for
-        the same text is answered with the job already there, moved up if this request is more urgent)."""
+        the same text is answered with the job already there, moved up if this request is more urgent).
+        `asked`: the user asked for it (the job's end is then said, where no progress shows it)."""
         kernel = target.kernel.name
         key = (uri, kernel)
         existing = self._jobs.get(key)
         if existing is not None and existing.task is not None and not existing.task.done():
             if existing.version == version:
+                existing.asked = existing.asked or asked
                 if priority < existing.priority and not existing.started:
                     existing.priority = priority
                     async with self._turns:
                         self._turns.notify_all()
-                    return JobAnswer(True, f"cuda-agent: {kernel} moved to the front of the queue")
+                    return JobAnswer(True, f"{kernel} moved to the front of the queue")
                 state = "being optimized" if existing.started else "queued"
-                return JobAnswer(True, f"cuda-agent: {kernel} is already {state} on {gpu.name}")
+                return JobAnswer(True, f"{kernel} is already {state} on {gpu.name}")
             existing.task.cancel()  # for older text; its engine work stops at the next candidate
-        job = Job(version, priority, next(self._sequence))
+        job = Job(version, priority, next(self._sequence), asked=asked)
         job.task = asyncio.ensure_future(self._queued(job, uri, target))
         self._jobs[key] = job
         job.task.add_done_callback(lambda t: self._finished(key, job, t))
-        return JobAnswer(True, f"cuda-agent: optimizing {kernel} on {gpu.name}")
+        return JobAnswer(True, f"Optimizing {kernel} on {gpu.name}")
 
     async def _queued(self, job: Job, uri: str, target: KernelTarget) -> None:
         """Wait for the GPU, most urgent job first, then run."""
@@ -127,9 +148,9 @@ class OptimizationJobs:
         return min(self._waiting, key=lambda j: (j.priority, j.sequence), default=None)
 
     def running(self, uri: str, kernel: str) -> bool:
-        """Whether the kernel has a job, running or queued."""
+        """Whether the kernel's search is queued or running (not the PyTorch timing after its result)."""
         job = self._jobs.get((uri, kernel))
-        return job is not None and job.task is not None and not job.task.done()
+        return job is not None and job.task is not None and not job.task.done() and not job.searched
 
     def cancel_all(self) -> None:
         """Called when a client session ends."""
@@ -189,7 +210,8 @@ class OptimizationJobs:
         if document is None or not host.documents.is_current(document, version):
             return
         token = f"cuda-agent/optimize/{next(self._tokens)}"
-        progress = await _begin_progress(host.work_done_progress, token, kernel)
+        progress = await _begin_progress(host, token, kernel)
+        logged_best = ""
 
         def still_current() -> bool:
             # Read on the engine thread too: a version comparison and a future's state, no locking needed.
@@ -197,16 +219,20 @@ class OptimizationJobs:
             return host.documents.is_current(document, version) and not cancelled
 
         def on_progress(p: JobProgress) -> None:
+            nonlocal logged_best
+            best = f"best {p.best_speedup:.2f}×" if p.best_speedup > 1.0 else "no gain yet"
+            message = f"{p.kernel}: {p.done} candidates, {best}"
+            percentage = min(99, round(100 * p.done / p.total)) if p.total else None
+            if p.max_turns:  # the LLM proposer: "saxpy: turn 4/12, best 2.30×, est. $0.12"
+                message = f"{p.kernel}: turn {p.turn}/{p.max_turns}, {best}, est. ${p.cost_usd:.2f}"
+                percentage = min(99, round(100 * p.turn / p.max_turns))
             if progress is not None:
-                best = f"best {p.best_speedup:.2f}×" if p.best_speedup > 1.0 else "no gain yet"
-                message = f"{p.kernel}: {p.done} candidates, {best}"
-                percentage = min(99, round(100 * p.done / p.total)) if p.total else None
-                if p.max_turns:  # the LLM proposer: "saxpy: turn 4/12, best 2.30×, est. $0.12"
-                    message = f"{p.kernel}: turn {p.turn}/{p.max_turns}, {best}, est. ${p.cost_usd:.2f}"
-                    percentage = min(99, round(100 * p.turn / p.max_turns))
                 host.work_done_progress.report(
                     token, types.WorkDoneProgressReport(message=message, percentage=percentage)
                 )
+            elif best != logged_best:  # in the log, a line when the best changes, not one per candidate
+                logged_best = best
+                host.log(message)
 
         def on_interim(found: OptimizeResult) -> None:
             if still_current():  # the best so far, shown at once: the search may run a minute more
@@ -219,9 +245,19 @@ class OptimizationJobs:
                 self.llm, sanitize=self.sanitize,
             )  # fmt: skip
         finally:
+            job.searched = True
+            if result is not None:
+                ending = result.headline()
+            elif job.stopped or (progress is not None and progress.cancelled()):
+                ending = f"{kernel}: stopped"
+            else:
+                ending = f"{kernel}: stopped, the text changed"
             if progress is not None:
-                ending = result.headline() if result is not None else f"{kernel}: stopped, the text changed"
                 host.work_done_progress.end(token, types.WorkDoneProgressEnd(message=ending))
+            elif job.asked:
+                host.tell(ending)
+            else:
+                host.log(ending)
         if result is None or not still_current():
             logger.info("dropped the optimization of %s in %s v%s: the text changed", kernel, uri, version)
             return
@@ -258,17 +294,26 @@ class OptimizationJobs:
         return timed
 
 
-async def _begin_progress(progress: Progress, token: str, kernel: str) -> Future[Any] | None:
-    """Create and begin a cancellable work-done progress; None when the client does not take it.
+async def _begin_progress(host: JobHost, token: str, kernel: str) -> Future[Any] | None:
+    """Create and begin a cancellable work-done progress; None where the client does not take one (it
+    did not declare window.workDoneProgress, or did not answer in time): the job then logs its progress.
 
     Returns the token's future, which pygls cancels when the user cancels the progress."""
+    if not host.support.work_done_progress:
+        host.log(f"Optimizing {kernel}")
+        return None
     try:
-        await progress.create_async(token)
+        await host.ask(
+            types.WINDOW_WORK_DONE_PROGRESS_CREATE, types.WorkDoneProgressCreateParams(token=token)
+        )
     except asyncio.CancelledError:
         raise
-    except Exception:  # a client without progress support, or pygls#621's InvalidStateError
+    except Exception:  # refused, or unanswered within the request timeout
         logger.info("no work-done progress for %s", kernel, exc_info=True)
+        host.log(f"Optimizing {kernel}")
         return None
+    progress = host.work_done_progress
+    # begin() registers the token's cancellation future, which create_async would have done.
     progress.begin(
         token, types.WorkDoneProgressBegin(title=f"Optimizing {kernel}", cancellable=True, percentage=0)
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import operator
 
 from cuda_agent.server.documents import Analysis, Document
+from cuda_agent.server.replies import Encoded, line_template
 from cuda_agent.server.rewrites import OptimizeResult
 from lsprotocol import types
 
@@ -17,7 +18,7 @@ REJECT_COMMAND = "cudaAgent.rejectRewrite"
 CANCEL_COMMAND = "cudaAgent.cancelOptimization"
 
 
-def code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
+def code_lenses(analysis: Analysis, document: Document) -> Encoded[types.CodeLens]:
     """The lenses of the document as it is, kept until its text or its results change: editors ask
     again on every scroll and edit, and a big file has hundreds."""
     made_from = (analysis, document.version, *document.results.values())
@@ -29,29 +30,39 @@ def code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
     return found
 
 
-def _code_lenses(analysis: Analysis, document: Document) -> list[types.CodeLens]:
-    """Every kernel's lenses. An edit moves the kernels below it, usually by no line at all, so a kernel's
-    lenses are taken from the last text's where its name, line, spec and result are the same (building
-    a big file's ~500 lenses anew took most of a lens request after each keystroke)."""
+def _code_lenses(analysis: Analysis, document: Document) -> Encoded[types.CodeLens]:
+    """Every kernel's lenses, and their JSON. An edit moves the kernels below it, usually by no line at all,
+    so a kernel's lenses are taken from the last text's where its name, line, spec and result are the same
+    (building a big file's ~500 lenses anew took most of a lens request after each keystroke); and its
+    JSON from the last text's where all but its line are, with the line put in."""
     lenses: list[types.CodeLens] = []
+    encoded: list[str] = []
     earlier, parts = document.lens_parts, {}
+    earlier_json, templates = document.lens_templates, {}
     for target in analysis.targets.targets:
         name = target.kernel.name
         if not name:
             continue
         # On the kernel's first line (a template's `template <...>`), where editors draw lenses above; the
         # line needs no UTF-16 conversion (a big file's lenses spent 10 ms converting whole ranges).
-        first_line = min(target.kernel.span.start_line, max(len(analysis.lines) - 1, 0))
+        first_line = min(target.kernel.start_line, max(len(analysis.lines) - 1, 0))
         result = document.current_result(name) if analysis.version == document.version else None
-        key = (name, first_line, target.spec is not None and target.spec.inferred)
+        inferred = target.spec is not None and target.spec.inferred
+        key = (name, first_line, inferred)
+        # The pairs kept as they were, not made again: thousands of new objects a request set off
+        # collections that paused it.
         kept = earlier.get(key)
-        made = (
-            kept[1] if kept is not None and kept[0] is result else _kernel_lenses(document.uri, key, result)
-        )
-        parts[key] = (result, made)
-        lenses += made
-    document.lens_parts = parts
-    return lenses
+        if kept is None or kept[0] is not result:
+            kept = (result, _kernel_lenses(document.uri, key, result))
+        parts[key] = kept
+        lenses += kept[1]
+        same = templates.get((name, inferred)) or earlier_json.get((name, inferred))
+        if same is None or same[0] is not result:
+            same = (result, line_template(kept[1]))
+        templates[(name, inferred)] = same
+        encoded.append(str(first_line).join(same[1]))
+    document.lens_parts, document.lens_templates = parts, templates
+    return Encoded(lenses, f"[{','.join(encoded)}]")
 
 
 def _kernel_lenses(

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 from cuda_agent.agent.kernels import Span, utf8_column, utf16_column
+from cuda_agent.agent.parsing import TextEdit
 from lsprotocol import types
 
 
@@ -14,6 +15,16 @@ def split_lines(text: str) -> tuple[str, ...]:
     """Lines as tree-sitter counts them (rows end at '\\n'; a '\\r' stays at the end of its line, where it
     does not move any column before it)."""
     return tuple(text.split("\n"))
+
+
+def lines_after_edit(lines: tuple[str, ...], data: bytes, edit: TextEdit) -> tuple[str, ...]:
+    """`split_lines` of the text `data` after `edit` of the text whose lines were `lines`: the lines the
+    edit touched are split anew, the others are those before (splitting a 50,000-line file anew took
+    3 ms an edit). Whole lines from '\\n' to '\\n', so never a part of a UTF-8 character."""
+    begin = data.rfind(b"\n", 0, edit.start) + 1
+    end = data.find(b"\n", edit.new_end)
+    middle = data[begin : end if end != -1 else len(data)].decode("utf-8").split("\n")
+    return lines[: edit.start_line] + tuple(middle) + lines[edit.old_end_line + 1 :]
 
 
 def _line(lines: Sequence[str], line: int) -> str:

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
+
+# Every candidate the CLI evaluates is logged; a command run outside any workspace logs to the user data dir:
+# a scratch log for the tests' commands instead (set before the tests build their processes' environments).
+SCRATCH_LOG = Path(tempfile.gettempdir()) / "cuda-agent-test-feedback" / "feedback.jsonl"
+os.environ.setdefault("CUDA_AGENT_FEEDBACK_LOG", str(SCRATCH_LOG))
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from cuda_agent.agent.candidate_log import CandidateLog
 from cuda_agent.agent.engine import Baseline, Engine, EngineSettings
 from cuda_agent.agent.targets import load_targets
 from cuda_agent.sandbox.recorded import RECORDED_WORKER_ENV
@@ -31,11 +32,11 @@ def recording_with_rejection(folder: Path, block: int) -> Path:
 
 
 @contextmanager
-def recorded_engine(recording: Path = RECORDING) -> Iterator[Engine]:
+def recorded_engine(recording: Path = RECORDING, recorder: CandidateLog | None = None) -> Iterator[Engine]:
     previous = os.environ.get(RECORDED_WORKER_ENV)
     os.environ[RECORDED_WORKER_ENV] = str(recording)
     try:
-        with Engine(EngineSettings(use_cache=False)) as engine:
+        with Engine(EngineSettings(use_cache=False), recorder=recorder) as engine:
             yield engine
     finally:
         if previous is None:

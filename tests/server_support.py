@@ -1,6 +1,6 @@
 """Shared pieces of the language-server tests (no tests here): a client that records every diagnostics
 notification with its version, waiting without sleeping blindly, and applying a WorkspaceEdit the way
-an editor would."""
+an editor would, and the rule for a real editor that is not installed."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from cuda_agent.agent.spec import render_spec
+from cuda_agent.agent.targets import load_targets
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 from pytest_lsp.client import make_test_lsp_client
@@ -162,3 +165,23 @@ def edits_for(edit: types.WorkspaceEdit, uri: str) -> list[Edit]:
             found += [e for e in change.edits if isinstance(e, (types.TextEdit, types.AnnotatedTextEdit))]
     found += list((edit.changes or {}).get(uri, []))
     return found
+
+
+def editor_missing(reason: str, setup: str) -> None:
+    """Skip a real-editor test, saying what is missing and how to install it; where CI requires the
+    editors (CUDA_AGENT_E2E_REQUIRED=1, set by .ci/run) fail instead."""
+    message = f"{reason} ({setup})"
+    if os.environ.get("CUDA_AGENT_E2E_REQUIRED") == "1":
+        pytest.fail(f"CUDA_AGENT_E2E_REQUIRED=1 but {message}")
+    pytest.skip(message)
+
+
+def spec_and_rewrite_applied(original: str) -> str:
+    """examples/elementwise.cu after the editor tests' two edits: the quick fix wrote relu's inferred spec
+    above it, and the verified rewrite launches saxpy in blocks of 256."""
+    relu = load_targets(Path("elementwise.cu"), original).find("relu")
+    assert relu is not None and relu.spec is not None and relu.spec.inferred
+    spec = render_spec(relu.spec) + "\n"
+    return original.replace("block = [128]", "block = [256]").replace(
+        "__global__ void relu", spec + "__global__ void relu"
+    )

@@ -17,6 +17,7 @@ from cuda_agent.agent.feedback import (
     append_record,
     read_records,
 )
+from cuda_agent.agent.feedback_export import milestone_reward
 
 from cuda_agent.cli import main
 
@@ -60,7 +61,7 @@ def write_log(path: Path, records: list[FeedbackRecord]) -> Path:
     return path
 
 
-def test_export_writes_pairs_and_rewards(tmp_path: Path):
+def test_export_writes_the_users_pairs_and_a_reward_row_per_suggestion(tmp_path: Path):
     other = Original("__global__ void j() {}\n", "j", "// spec j", "NVIDIA H200")
     log = write_log(
         tmp_path / "feedback.jsonl",
@@ -70,7 +71,7 @@ def test_export_writes_pairs_and_rewards(tmp_path: Path):
             record("a", "accepted"),
             record("b", "rejected"),
             record("a", "rejected"),  # a later decision about the same suggestion does not count
-            # Another prompt: only a shown (superseded) rewrite, and one slower than torch.compile's time.
+            # Another prompt: only shown rewrites, one superseded by the user's own edit, one undecided.
             record("c", original=other),
             record("c", "superseded", original=other),
             record(
@@ -84,10 +85,10 @@ def test_export_writes_pairs_and_rewards(tmp_path: Path):
     assert main(["feedback", "export", "--log", str(log), "--out", str(out)]) == 0
 
     pairs = [json.loads(line) for line in (out / "preferences.jsonl").read_text().splitlines()]
-    assert [(p["chosen_suggestion_id"], p["rejected_suggestion_id"]) for p in pairs] == [
-        ("a", "b"),
-        ("c", None),
-        ("d", None),
+    assert [(p["chosen_key"], p["rejected_key"], p["source"]) for p in pairs] == [
+        ("a", "b", "user"),
+        ("c", None, "shown"),
+        ("d", None, "shown"),
     ]
     assert pairs[0]["chosen"] == "// rewrite a\n" and pairs[0]["rejected"] == "// rewrite b\n"
     assert pairs[1]["rejected"] == other.file_text and pairs[1]["rejected_decision"] == "original"
@@ -95,26 +96,32 @@ def test_export_writes_pairs_and_rewards(tmp_path: Path):
     assert ORIGINAL.spec in pairs[0]["prompt"]
 
     rewards = [json.loads(line) for line in (out / "rewards.jsonl").read_text().splitlines()]
-    assert [(r["suggestion_id"], r["decision"], r["reward"]) for r in rewards] == [
-        ("a", "accepted", 1),
-        ("b", "rejected", 1),
-        ("c", "superseded", 1),
-        ("d", "undecided", 2),
+    assert [(r["sample_key"], r["decision"], r["reward"], r["source"]) for r in rewards] == [
+        ("a", "accepted", 1, "suggestion"),
+        ("b", "rejected", 1, "suggestion"),
+        ("c", "superseded", 1, "suggestion"),
+        ("d", "undecided", 1, "suggestion"),  # faster than torch.compile, but eager PyTorch was not timed
     ]
+    assert rewards[3]["torch_compile_ms"] == 0.8 and rewards[3]["speedup"] == 2.0
 
     table = pq.read_table(out / "preferences.parquet")
     assert table.num_rows == 3 and {"prompt", "chosen", "rejected"} <= set(table.column_names)
     rewards_table = pq.read_table(out / "rewards.parquet")
-    assert rewards_table.column("reward").to_pylist() == [1, 1, 1, 2]
+    assert rewards_table.column("reward").to_pylist() == [1, 1, 1, 1]
     assert rewards_table.column("decision").to_pylist()[0] == "accepted"
+    card = (out / "README.md").read_text()
+    assert "editor suggestions: 4" in card and "preference pairs: 3 (shown 2, user 1)" in card
 
 
-def test_rewards_for_failed_and_not_faster_samples():
-    from cuda_agent.agent.feedback_export import reward
-
-    failed = record("x", verification=Verification(False, 5, 2, "mismatch at [3]"))
-    same = record("y", measurement=replace(record("y").measurement, faster=False))
-    assert (reward(failed), reward(same), reward(record("z"))) == (-1, 0, 1)
+def test_the_milestone_reward_is_cuda_agents():
+    # -1 incorrect, +1 correct, +2 more than 5% faster than eager, +3 than both eager and torch.compile
+    assert milestone_reward(False, 0.1, 2.0, 2.0) == -1
+    assert milestone_reward(True, None, 2.0, 2.0) == 1  # verified, not timed
+    assert milestone_reward(True, 1.0, None, 2.0) == 1  # eager PyTorch not timed: correct only
+    assert milestone_reward(True, 1.0, 1.05, 2.0) == 1  # exactly 5% is not more than 5%
+    assert milestone_reward(True, 1.0, 1.06, None) == 2
+    assert milestone_reward(True, 1.0, 1.06, 1.05) == 2
+    assert milestone_reward(True, 1.0, 1.06, 1.06) == 3
 
 
 def test_export_names_a_missing_or_empty_log(tmp_path: Path, capsys):
@@ -125,3 +132,13 @@ def test_export_names_a_missing_or_empty_log(tmp_path: Path, capsys):
     empty.write_text("")
     assert main(["feedback", "export", "--log", str(empty), "--out", str(tmp_path / "o")]) == 2
     assert "empty.jsonl: the feedback log holds no records" in " ".join(capsys.readouterr().err.split())
+
+
+def test_export_writes_only_the_formats_asked_for(tmp_path: Path, capsys):
+    log = write_log(tmp_path / "feedback.jsonl", [record("a"), record("a", "accepted")])
+    out = tmp_path / "out"
+    assert main(["feedback", "export", "--log", str(log), "--out", str(out), "--format", "rewards"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "rewards.jsonl", "rewards.parquet"]
+    assert "0 samples of 1 prompts" in capsys.readouterr().out
+    card = (out / "README.md").read_text()
+    assert "`rewards.jsonl`, `rewards.parquet` (1 row)" in card and "preferences" not in card

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest_lsp
-from cuda_agent.agent.feedback import read_records
+from cuda_agent.agent.feedback import FeedbackLog, read_records
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
@@ -130,3 +130,25 @@ async def test_shown_then_superseded_by_an_edit(client: LanguageClient):
     )
     assert [r.event for r in found] == ["shown", "superseded"]
     assert found[0].suggestion_id == found[1].suggestion_id
+
+
+async def test_every_candidate_the_servers_search_evaluates_is_a_sample_in_the_workspace_log(
+    client: LanguageClient,
+):
+    # Its own text: the other tests' searches of ELEMENTWISE are other prompts' samples.
+    text = ELEMENTWISE.replace("// Element-wise", "// Sampled element-wise")
+    uri = await open_and_optimize(client, WORKSPACE, "samples.cu", text)
+    await diagnostics_for(client, uri, 1, lambda ds: any(map(is_rewrite, ds)), JOB_TIMEOUT_S)
+
+    def samples() -> list[dict]:
+        found = FeedbackLog(LOG).records() if LOG.is_file() else []
+        return [r for r in found if r.get("kind") == "candidate" and r["original"]["file_text"] == text]
+
+    found = await wait_until(lambda: [s for s in samples() if s["status"] == "faster"], 5.0, "samples")
+    (best,) = [s for s in found if s["candidate"]["description"].startswith("block 256 ")]
+    assert best["measurement"]["speedup"] == 0.0832 / 0.0653 and best["verified"]
+    everything = samples()
+    assert {s["original"]["kernel"] for s in everything} == {"saxpy"}
+    assert {s["gpu"]["name"] for s in everything} == {"NVIDIA H200"}
+    assert len({s["key"] for s in everything}) == len(everything)
+    assert len(everything) > 3 and records_after(0)  # the suggestion records beside them still read

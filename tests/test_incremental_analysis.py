@@ -22,16 +22,17 @@ SNIPPETS = ["", "x", "\n", "}", "{", "/*", "*/", "__global__ void k(float* y) { 
             "template <typename T>\n", "  "]  # fmt: skip
 
 
-def fresh(text: str, version: int) -> Analysis:
+def fresh(text: str, version: int, path: Path = PATH) -> Analysis:
     """A parse from nothing, with the caches of earlier analyses (kernels, inferred specs) emptied: the
     reference the incremental, cached path must equal."""
     kernels._KNOWN.clear()
     targets._INFERRED.clear()
     targets._HOST_FACTS.clear()
     targets._POINTS.clear()
+    targets._PARTIAL_POINTS.clear()
     parse._PARSED.clear()
     parsing._RECENT.clear()
-    return analyse(PATH, text, version)[0]
+    return analyse(path, text, version)[0]
 
 
 def spec_positions(analysis: Analysis) -> list[tuple[object, ...]]:
@@ -71,7 +72,8 @@ PROGRAM = (ROOT / "tests" / "programs" / "rmsnorm_rows.cu").read_text() + (
     ROOT / "tests" / "programs" / "saxpy_stream.cu"
 ).read_text().replace("int main(", "int main_saxpy(")
 HOST_SNIPPETS = ["", "x", "\n", "}", "2", "0", "(", "int n = 5;\n", "#define N 3\n", "dim3 b(64);",
-                 "<<<", "// c\n", "/*", "*/", "launch_rmsnorm(", " * 2", "const int rows = 7;\n"]  # fmt: skip
+                 "<<<", "// c\n", "/*", "*/", "launch_rmsnorm(", " * 2", "const int rows = 7;\n", '"', "'",
+                 "<", "*", "/"]  # fmt: skip
 
 
 @settings(max_examples=150, deadline=None)

@@ -7,7 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from cuda_agent.agent.feedback import append_record, read_records
+from cuda_agent.agent.candidate_log import CandidateLog
+from cuda_agent.agent.feedback import FeedbackLog, append_record, read_records
 from cuda_agent.agent.feedback_export import export
 from cuda_agent.agent.llm.settings import LlmSettings
 from cuda_agent.agent.llm.transcript import render_markdown
@@ -42,7 +43,7 @@ def test_an_llm_suggestion_is_logged_and_exported_with_its_trajectory(tmp_path: 
     assert records[0] == shown  # the trajectory reads back exactly as written
     assert KEY not in log.read_text()
 
-    export(records, tmp_path / "out")
+    export(log, tmp_path / "out")
     rows = [json.loads(line) for line in (tmp_path / "out" / "rewards.jsonl").read_text().splitlines()]
     llm_row, offline_row = rows
     assert (llm_row["proposer"], llm_row["model"], llm_row["decision"]) == (
@@ -50,12 +51,14 @@ def test_an_llm_suggestion_is_logged_and_exported_with_its_trajectory(tmp_path: 
         "claude-sonnet-5-5",
         "accepted",
     )
-    turns = json.loads(llm_row["transcript"])
-    assert [t["role"] for t in turns[:4]] == ["system", "user", "assistant", "tool"]
-    assert turns[2]["tool_calls"][0]["name"] == "compile_and_test"
-    assert "kernel_source" in turns[2]["tool_calls"][0]["input"]
-    assert 'identifier "idx" is undefined' in turns[3]["text"]
-    assert turns[-1]["role"] == "assistant" and turns[-1]["tool_calls"] == []
+    messages = json.loads(llm_row["transcript"])  # chat messages, as chat templates read them
+    assert [m["role"] for m in messages[:4]] == ["system", "user", "assistant", "tool"]
+    call = messages[2]["tool_calls"][0]
+    assert call["type"] == "function" and call["function"]["name"] == "compile_and_test"
+    assert "kernel_source" in json.loads(call["function"]["arguments"])
+    assert messages[3]["tool_call_id"] == call["id"]
+    assert 'identifier "idx" is undefined' in messages[3]["content"]
+    assert messages[-1]["role"] == "assistant" and messages[-1]["tool_calls"] == []
     assert offline_row["transcript"] is None
 
     markdown = render_markdown(transcript, "saxpy")
@@ -68,3 +71,37 @@ def test_records_written_before_transcripts_existed_still_read(tmp_path: Path) -
     log = tmp_path / "feedback.jsonl"
     log.write_text(json.dumps(data) + "\n")
     assert read_records(log) == [record("old")]
+
+
+def test_an_llm_sessions_candidates_are_samples_with_the_turns_that_proposed_them(tmp_path: Path) -> None:
+    target = load_targets(ROOT / "examples" / "elementwise.cu").find("saxpy")
+    assert target is not None
+    log = tmp_path / "feedback.jsonl"
+    with ScriptedApi(recorded_session()) as api, recorded_engine(recorder=CandidateLog(log)) as engine:
+        outcome = optimize(engine, target, ("llm",), llm=LlmSettings(base_url=api.base_url, api_key=KEY))
+    assert outcome.llm is not None and KEY not in log.read_text()
+    kinds = [r["kind"] for r in FeedbackLog(log).records()]
+    assert kinds == ["candidate"] * len(outcome.llm.results) + ["trajectory"]
+
+    summary = export(log, tmp_path / "out")
+    assert summary.trajectories == 1 and summary.samples == len(outcome.llm.results)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "rewards.jsonl").read_text().splitlines()]
+    # The first proposal did not compile (`idx` for `i`): −1, the compiler's error on its line.
+    assert rows[0]["status"] == "compile error" and rows[0]["reward"] == -1
+    assert 'identifier "idx" is undefined' in rows[0]["reason"] and rows[0]["reason"].startswith("line ")
+    for row, result in zip(rows, outcome.llm.results, strict=True):
+        assert row["completion"] == result.candidate.source and row["proposer"] == outcome.llm.proposer
+        messages = json.loads(row["transcript"])
+        # The conversation up to the model's turn that proposed this candidate, which ends it.
+        proposing = messages[-1]
+        assert proposing["role"] == "assistant" and proposing["tool_calls"][-1]["function"]["name"] == (
+            "compile_and_test"
+        )
+    assert len(json.loads(rows[1]["transcript"])) > len(json.loads(rows[0]["transcript"]))
+
+    (session,) = [
+        json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assert session["rewards"] == [row["reward"] for row in rows]
+    assert [m["role"] for m in session["messages"]][:3] == ["system", "user", "assistant"]
+    assert session["stop_reason"] == outcome.llm.stop_reason and session["model"] == outcome.llm.model

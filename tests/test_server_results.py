@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from cuda_agent.agent.candidate_log import CandidateLog
 from cuda_agent.agent.feedback import read_records
 from cuda_agent.agent.targets import load_targets
 from cuda_agent.server.feedback import SuggestionFeedback
@@ -53,7 +54,7 @@ def test_a_decision_record_carries_torch_compile_measured_after_the_suggestion_w
 ) -> None:
     target = load_targets(Path("elementwise.cu"), ELEMENTWISE).find("saxpy")
     assert target is not None
-    feedback = SuggestionFeedback()
+    feedback = SuggestionFeedback(CandidateLog())  # not this process's engines' log
     feedback.configure(tmp_path, enabled=True)
     feedback.shown(ELEMENTWISE, target, RESULT)
     feedback.torch_timed(RESULT.uri, "saxpy", 0.0850)
@@ -67,7 +68,7 @@ def test_a_decision_record_carries_torch_compile_measured_after_the_suggestion_w
 def test_the_search_replacing_its_best_so_far_logs_each_shown_rewrite_once(tmp_path: Path) -> None:
     target = load_targets(Path("elementwise.cu"), ELEMENTWISE).find("saxpy")
     assert target is not None
-    feedback = SuggestionFeedback()
+    feedback = SuggestionFeedback(CandidateLog())  # not this process's engines' log
     feedback.configure(tmp_path, enabled=True)
     first = replace(RESULT, searching=True)
     better = replace(

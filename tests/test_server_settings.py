@@ -153,7 +153,7 @@ async def test_a_save_optimizes_the_kernels_with_specs_the_one_under_the_cursor_
     answer = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="cudaAgent.optimize", arguments=[uri, "relu"])
     )
-    assert answer["reason"] == "cuda-agent: optimizing relu on NVIDIA H200"
+    assert answer["reason"] == "Optimizing relu on NVIDIA H200"
 
 
 @pytest_lsp.fixture(config=_config())
@@ -169,8 +169,7 @@ async def test_manual_trigger_from_workspace_configuration_waits_for_the_command
     await _start(client, configuration={"trigger": "manual", "searchBudgetSeconds": "fast"})
     await wait_until(lambda: client.messages, 10.0, "a message about the bad setting")
     assert client.messages[0].message == (
-        "cuda-agent settings: cudaAgent.searchBudgetSeconds: expected a number of seconds, got 'fast'; "
-        "keeping 120.0"
+        "cudaAgent.searchBudgetSeconds: expected a number of seconds, got 'fast'; keeping 120.0"
     )
 
     uri = (tmp_path / "manual.cu").as_uri()
@@ -231,7 +230,7 @@ async def restrict_client(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
-async def test_a_kernel_searched_without_gain_shows_its_measured_time_in_the_lens(
+async def test_a_kernel_searched_without_gain_shows_its_measured_time_in_the_lens_and_hover(
     restrict_client: LanguageClient, tmp_path: Path
 ) -> None:
     client = restrict_client
@@ -251,3 +250,13 @@ async def test_a_kernel_searched_without_gain_shows_its_measured_time_in_the_len
         lens.command.title for lens in lenses if lens.command and lens.range.start.line >= saxpy_line - 20
     ]
     assert any(re.fullmatch(r"0\.0832 ms · \d+% of roofline · ▶ Optimize", t) for t in titles), titles
+    # A client without code lenses (eglot, ALE) has the same numbers in the hover.
+    name = ELEMENTWISE.split("\n")[saxpy_line].index("saxpy")
+    hover = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=saxpy_line, character=name),
+        )
+    )
+    assert hover is not None and isinstance(hover.contents, types.MarkupContent)
+    assert re.search(r"\| original \| 0\.0832 ms \|.*\| 1\.00× \| .* \| \d+% \|", hover.contents.value)

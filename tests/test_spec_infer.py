@@ -227,6 +227,9 @@ def test_an_inferred_spec_renders_to_a_comment_that_parses_back():
     spec = inferred(source)
     text = render_spec(spec)
     assert text.splitlines()[1] == f"# {spec.inference_note}"
+    # The note already says to check the roles, shapes and sizes: no second comment line saying it again.
+    assert spec.inference_note.endswith("check roles, shapes and sizes")
+    assert text.splitlines()[2] == 'kernel = "saxpy"'
     written = text + "\n" + source
     specs, errors = parse_specs(written, find_kernels(written))
     assert errors == []

@@ -95,6 +95,11 @@ class WorkerPool:
         return len(self._serving)
 
     @property
+    def idle(self) -> int:
+        """Workers free now (none: every one has a request in flight)."""
+        return self._free.qsize()
+
+    @property
     def where(self) -> str:
         count = len(self._serving)
         text = f"{self._where}: {count} worker{'s' if count != 1 else ''}"

@@ -29,6 +29,11 @@ MAX_BYTES = 2_000_000
 
 _LAUNCHED = re.compile(rb"\b([A-Za-z_]\w*)\s*(?:<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>\s*)?<<<")
 _FILES: BoundedMemo[tuple[object, ...], tuple[bytes, tuple[str, ...]]] = BoundedMemo(MAX_FILES)
+_INDEXES: BoundedMemo[tuple[object, ...], dict[str, tuple[tuple[Path, bytes], ...]]] = BoundedMemo(64)
+# A folder's source files by its modification time, which adding, removing or renaming one changes: the
+# language server looks in the file's folder and the one above on every edit, and the one above may hold
+# a thousand entries.
+_LISTINGS: BoundedMemo[tuple[str, int], tuple[str, ...]] = BoundedMemo(64)
 
 
 class Neighbours:
@@ -45,31 +50,47 @@ class Neighbours:
             self._launched = {}
             # A buffer with no file of its own (untitled) has no folder to look in.
             here = self.path.absolute().parent if self.path.is_file() else None
+            own = self.path.resolve() if here else None
             for folder in dict.fromkeys((here, here.parent) if here else ()):
-                for name, files in _launches_in(folder).items():
-                    own = self.path.resolve()
-                    self._launched.setdefault(name, []).extend(f for f in files if f[0].resolve() != own)
+                # The file's own launches are its own host code's: left out, and by file, not by launch
+                # (resolving a path for each of a big file's launches took most of an edit's analysis).
+                for name, files in _launches_in(folder, own).items():
+                    self._launched.setdefault(name, []).extend(files)
         return self._launched.get(kernel, [])
 
 
-def _launches_in(folder: Path) -> dict[str, tuple[tuple[Path, bytes], ...]]:
-    """Kernel name -> the files of `folder` that launch it. Each file is read once per (size, mtime): a
-    project folder where one file changes is not read again whole."""
+def _launches_in(folder: Path, own: Path | None) -> dict[str, tuple[tuple[Path, bytes], ...]]:
+    """Kernel name -> the files of `folder` but `own` that launch it. Each file is read once per (size,
+    mtime): a project folder where one file changes is not read again whole; and the index is kept per
+    (name, size, mtime) of its source files, which an edit in the editor (not yet saved) leaves as they
+    were."""
     try:
-        entries = sorted(
-            (e.name, e.stat().st_size, e.stat().st_mtime_ns)
-            for e in os.scandir(folder)
-            if e.is_file() and Path(e.name).suffix in SOURCE_SUFFIXES
+        names = _LISTINGS.get_or_make((str(folder), os.stat(folder).st_mtime_ns), lambda: _sources(folder))
+        if len(names) > MAX_FILES:
+            return {}
+        entries = tuple(
+            (name, (found := os.stat(folder / name)).st_size, found.st_mtime_ns) for name in names
         )
     except OSError:
         return {}
-    if len(entries) > MAX_FILES:
-        return {}
+    return _INDEXES.get_or_make((str(folder), str(own), entries), lambda: _index(folder, own, entries))
+
+
+def _sources(folder: Path) -> tuple[str, ...]:
+    """The names of the source files in `folder`."""
+    return tuple(
+        sorted(e.name for e in os.scandir(folder) if e.is_file() and Path(e.name).suffix in SOURCE_SUFFIXES)
+    )
+
+
+def _index(
+    folder: Path, own: Path | None, entries: tuple[tuple[str, int, int], ...]
+) -> dict[str, tuple[tuple[Path, bytes], ...]]:
     index: dict[str, list[tuple[Path, bytes]]] = {}
     for name, size, mtime in entries:
-        if size > MAX_BYTES:
-            continue
         path = folder / name
+        if size > MAX_BYTES or path.resolve() == own:
+            continue
         data, launched = _FILES.get_or_make((str(path), size, mtime), lambda path=path: _read(path))
         for kernel in launched:
             index.setdefault(kernel, []).append((path, data))

@@ -21,6 +21,7 @@ from cuda_agent.agent.kernels import Kernel, Parameter
 from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases, is_float
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
+from cuda_agent.agent.spec.render import CHECK_ADVICE
 from cuda_agent.agent.spec.validate import is_size_name
 from tree_sitter import Node, Tree
 
@@ -100,9 +101,7 @@ def infer_spec(
     if not any(argument.role in ("output", "inout") for argument in arguments):
         return None, "no pointer is written by the body, so there is no output to check"
     accumulators = [a for a in arguments if a.role == "inout" and a.shape == ("1",)]
-    note = (
-        f"spec inferred from the {layout.pattern} pattern ({layout.summary}); check roles, shapes and sizes"
-    )
+    note = f"spec inferred from the {layout.pattern} pattern ({layout.summary}); {CHECK_ADVICE}"
     spec = KernelSpec(
         kernel=kernel.name,
         arguments=tuple(arguments),
@@ -292,10 +291,12 @@ def _text(node: Node | None) -> str:
 class _SubtreeIdentifiers:
     """The identifiers under a node, each subtree's found once: index expressions and comparisons nest in
     each other (`x[(int)x[...]]`, a comparison in every loop of a nest), and walking each anew was
-    quadratic in the nesting. Post-order with an explicit stack, never recursion."""
+    quadratic in the nesting. Post-order with an explicit stack, never recursion. `children`: each node's
+    children by node id, where a walk already asked tree-sitter for them."""
 
-    def __init__(self) -> None:
+    def __init__(self, children: dict[int, list[Node]] | None = None) -> None:
         self._known: dict[int, frozenset[str]] = {}
+        self._children = children if children is not None else {}
 
     def __call__(self, node: Node | None) -> frozenset[str]:
         if node is None:
@@ -306,7 +307,9 @@ class _SubtreeIdentifiers:
             current, children_done = pending.pop()
             if current.id in known:
                 continue
-            children = current.children
+            children = self._children.get(current.id)
+            if children is None:
+                children = current.children
             if not children_done:
                 pending.append((current, True))
                 pending.extend((child, False) for child in children if child.id not in known)
@@ -365,18 +368,28 @@ def _unparenthesize_up(node: Node, parent_of: _ParentOf) -> Node:
     return node
 
 
-class _Parents:
-    """Each node's parent within a body, from one walk. tree-sitter finds `Node.parent` by descending from
-    the root, so each costs the node's depth, and climbing from deep in a generated expression (a sum of
-    thousands of terms, a nest of conditionals) was quadratic in its depth."""
+class _Body:
+    """A body's nodes in source order (`walk`'s), each one's children and parent, from one walk: each
+    question of the analysis visits the list instead of walking the tree again (six walks, each asking
+    tree-sitter for every node's children anew, were most of inferring a spec). Parents are looked up here
+    because tree-sitter finds `Node.parent` by descending from the root, so each costs the node's depth,
+    and climbing from deep in a generated expression (a sum of thousands of terms, a nest of conditionals)
+    was quadratic in its depth."""
 
     def __init__(self, body: Node) -> None:
+        self.nodes: list[Node] = []
+        self.children: dict[int, list[Node]] = {}
         self._parent: dict[int, Node] = {}
-        for node in walk(body):
-            for child in node.children:
-                self._parent[child.id] = node
+        stack = [body]
+        while stack:
+            current = stack.pop()
+            self.nodes.append(current)
+            children = self.children[current.id] = current.children
+            for child in children:
+                self._parent[child.id] = current
+            stack.extend(reversed(children))
 
-    def __call__(self, node: Node) -> Node | None:
+    def parent(self, node: Node) -> Node | None:
         """The parent, None at the body (what surrounds the body is no concern of its analysis)."""
         return self._parent.get(node.id)
 
@@ -385,13 +398,15 @@ class BodyAnalysis:
     """Facts about a kernel body that the patterns need."""
 
     def __init__(self, body: Node, pointers: set[str]) -> None:
-        self._identifiers = _SubtreeIdentifiers()
-        self._parent = _Parents(body)
-        axes = [axis for node in walk(body) if (axis := _builtin_axis(node))]
+        walked = _Body(body)
+        nodes = walked.nodes
+        self._identifiers = _SubtreeIdentifiers(walked.children)
+        self._parent = walked.parent
+        axes = [axis for node in nodes if (axis := _builtin_axis(node))]
         self.uses_y = any(
             builtin in ("threadIdx", "blockIdx") and axis in ("y", "z") for builtin, axis in axes
         )
-        self.definitions = self._definitions(body)
+        self.definitions = self._definitions(nodes)
         # name -> the identifiers of every value assigned to it, for _expanded (once, not per question)
         self._defined_from: dict[str, set[str]] = {}
         for name, value in self.definitions:
@@ -402,18 +417,18 @@ class BodyAnalysis:
             for name, value in self.definitions
             if {"blockIdx"} <= self._roots(value) and "threadIdx" not in self._roots(value)
         }
-        self.compared_with_global_index = self._compared(body)
-        self.aliases = self._aliases(body, pointers)
+        self.compared_with_global_index = self._compared(nodes)
+        self.aliases = self._aliases(nodes, pointers)
         self.uses = {name: _Use() for name in pointers}
-        for node in walk(body):
+        for node in nodes:
             if node.type == "identifier" and (owner := self.aliases.get(_text(node))):
                 self._record(node, self.uses[owner])
 
     @staticmethod
-    def _definitions(body: Node) -> list[tuple[str, Node]]:
+    def _definitions(nodes: list[Node]) -> list[tuple[str, Node]]:
         """Every `name = value` in the body (declarations and assignments to plain names)."""
         found = []
-        for node in walk(body):
+        for node in nodes:
             if node.type == "init_declarator":
                 declarator, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
                 name = (
@@ -447,10 +462,10 @@ class BodyAnalysis:
             result |= more
         return result
 
-    def _compared(self, body: Node) -> set[str]:
+    def _compared(self, nodes: list[Node]) -> set[str]:
         """Identifiers compared with a global thread index (`if (row < rows)`, `i < rows * cols`)."""
         compared: set[str] = set()
-        for node in walk(body):
+        for node in nodes:
             operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
             if operator is None or _text(operator) not in _COMPARISONS:
                 continue
@@ -462,11 +477,11 @@ class BodyAnalysis:
                     compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
 
-    def _aliases(self, body: Node, pointers: set[str]) -> dict[str, str]:
+    def _aliases(self, nodes: list[Node], pointers: set[str]) -> dict[str, str]:
         """Local pointers derived from parameters (`const float* row = x + r * cols`) -> the parameter."""
         aliases = {name: name for name in pointers}
         declarations = []
-        for node in walk(body):
+        for node in nodes:
             declarator = node.child_by_field_name("declarator") if node.type == "init_declarator" else None
             value = node.child_by_field_name("value") if declarator is not None else None
             if declarator is not None and declarator.type == "pointer_declarator" and value is not None:

@@ -7,11 +7,13 @@ errors from tomllib's position, semantic ones through the key path located with 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from operator import attrgetter
 
 from cuda_agent.agent.kernels import Kernel, KernelPositions, Span, shifted
 from cuda_agent.agent.memo import BoundedMemo
@@ -34,15 +36,16 @@ _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 
 def parse_specs(
-    source: str, kernels: Sequence[Kernel], tree: Tree | None = None
+    source: str | bytes, kernels: Sequence[Kernel], tree: Tree | None = None
 ) -> tuple[dict[str, KernelSpec], list[SpecError]]:
-    """The valid specs by kernel name, and every error found in any spec comment of `source`.
+    """The valid specs by kernel name, and every error found in any spec comment of `source`. `kernels`:
+    the file's, in source order (as `find_kernels` gives them).
 
     A kernel whose spec has errors is absent from the dict; its errors carry its name (SpecError.kernel),
     so a caller can tell "spec broken" (show the errors, do not run) from "no spec" (infer one).
     `tree`: the file's tree-sitter parse when the caller has one (as for `find_kernels`).
     """
-    data = source.encode()
+    data = source.encode() if isinstance(source, str) else source
     index = LineIndex(data)
     specs: dict[str, KernelSpec] = {}
     claimed: dict[str, SpecComment] = {}  # kernel name -> the comment that holds its spec
@@ -170,8 +173,10 @@ def _parse_one(
 
 
 def _kernel_after(comment: SpecComment, kernels: Sequence[Kernel]) -> Kernel | None:
-    after = [kernel for kernel in kernels if kernel.start_byte >= comment.span.end_byte]
-    return min(after, key=lambda kernel: kernel.start_byte, default=None)
+    """The first kernel that starts after the comment ends, by bisection: a file with a spec above each of
+    its thousands of kernels looked through all of them for each spec, on every edit."""
+    index = bisect.bisect_left(kernels, comment.span.end_byte, key=attrgetter("start_byte"))
+    return kernels[index] if index < len(kernels) else None
 
 
 def _kernel_named(name: str, comment: SpecComment, kernels: Sequence[Kernel]) -> Kernel | None:

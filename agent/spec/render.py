@@ -11,6 +11,8 @@ import re
 
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, ToleranceSpec, ValueExpr
 
+# How an inference note may end (agent/spec/infer.py); the comment then does not say it a second time.
+CHECK_ADVICE = "check roles, shapes and sizes"
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _INTEGER = re.compile(r"-?[0-9]+")
 
@@ -21,7 +23,8 @@ def render_spec(spec: KernelSpec) -> str:
     if spec.inferred:
         note = spec.inference_note or "spec inferred from the kernel's signature"
         lines += [f"# {line}" for line in note.splitlines()]
-        lines.append("# Check the roles, shapes and sizes below, then edit freely.")
+        if not note.rstrip().endswith(CHECK_ADVICE):
+            lines.append("# Check the roles, shapes and sizes below, then edit freely.")
     lines.append(f"kernel = {_string(spec.kernel)}")
     if spec.instantiate:
         lines.append(f"instantiate = {_string(spec.instantiate)}")

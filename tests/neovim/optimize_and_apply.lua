@@ -156,6 +156,29 @@ wait_for('the spec error to clear', 10000, function()
 end)
 out.cleared_version = good_version
 
+-- Hover on saxpy (Neovim renders Markdown, and asks for it), and the code actions on relu, whose spec is
+-- only inferred (the quick fix is listed; applying it is the Emacs and Vim tests' part).
+step('hover and quick fix')
+local saxpy_line, saxpy_text = line_of('void saxpy(')
+vim.api.nvim_win_set_cursor(0, { saxpy_line + 1, (assert(saxpy_text:find('saxpy', 1, true))) })
+local position = vim.lsp.util.make_position_params(0, client.offset_encoding)
+local hovered = client:request_sync('textDocument/hover', position, 10000, bufnr)
+if not hovered or hovered.err or not hovered.result then
+  finish(1, 'hover failed: ' .. vim.inspect(hovered))
+end
+out.hover = hovered.result.contents
+local relu_line, relu_text = line_of('void relu(')
+local relu_at = { line = relu_line, character = (assert(relu_text:find('relu', 1, true))) }
+local relu_actions = client:request_sync('textDocument/codeAction', {
+  textDocument = { uri = uri },
+  range = { start = relu_at, ['end'] = relu_at },
+  context = { diagnostics = {}, triggerKind = 1 },
+}, 10000, bufnr)
+out.relu_titles = {}
+for _, action in ipairs(relu_actions and relu_actions.result or {}) do
+  table.insert(out.relu_titles, action.title)
+end
+
 -- 2. "Optimize kernel" for saxpy (the command behind the code lens and the code action).
 step('optimize')
 local started_answer

@@ -45,13 +45,8 @@ export function registerCommands(c: CommandContext): vscode.Disposable[] {
       if (target === undefined) {
         return;
       }
-      const answer = await c.server.executeCommand<OptimizeAnswer>(ServerCommands.optimize, [
-        target.uri,
-        target.kernel,
-      ]);
-      if (answer && !answer.started && answer.reason !== 'no GPU') {
-        void vscode.window.showWarningMessage(`CUDA Agent: ${target.kernel} was not optimized: ${answer.reason}`);
-      }
+      // The server says what became of it (window/showMessage), whatever the client: nothing to add here.
+      await c.server.executeCommand<OptimizeAnswer>(ServerCommands.optimize, [target.uri, target.kernel]);
     }),
 
     register('cudaAgent.applyVerifiedRewrite', async (...args) => {
@@ -64,15 +59,11 @@ export function registerCommands(c: CommandContext): vscode.Disposable[] {
       // the user ticks the change and applies it (or discards it).
       await c.preview.show(result);
       try {
-        const answer = await c.server.executeCommand<{ applied: boolean; reason: string }>(
-          ServerCommands.applyRewrite,
-          [result.uri, result.kernel],
-        );
-        if (answer && !answer.applied && answer.reason) {
-          void vscode.window.showWarningMessage(
-            `CUDA Agent: the rewrite of ${result.kernel} was not applied: ${answer.reason}`,
-          );
-        }
+        // A rewrite not applied is said by the server (window/showMessage), with the reason.
+        await c.server.executeCommand<{ applied: boolean; reason: string }>(ServerCommands.applyRewrite, [
+          result.uri,
+          result.kernel,
+        ]);
       } finally {
         await c.preview.close(result);
       }
@@ -145,6 +136,7 @@ export function registerCommands(c: CommandContext): vscode.Disposable[] {
         cancelled++;
       }
       const editor = cudaEditor(args);
+      let asked = false; // the server answers a cancel it was sent itself (window/showMessage)
       if (explicit === undefined && editor !== undefined) {
         const kernel = await kernelAtCursor(c, editor);
         if (kernel !== undefined && !running.some((job) => job.kernel === kernel)) {
@@ -153,9 +145,10 @@ export function registerCommands(c: CommandContext): vscode.Disposable[] {
             kernel,
           ]);
           cancelled += answer?.cancelled ? 1 : 0;
+          asked = true;
         }
       }
-      if (cancelled === 0) {
+      if (cancelled === 0 && !asked) {
         void vscode.window.showInformationMessage('CUDA Agent: no optimization is running.');
       }
     }),

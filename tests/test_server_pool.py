@@ -1,0 +1,138 @@
+"""The language server on the GPU pool: `cuda-agent serve --tcp --ray ADDRESS` with two editors optimizing
+at once. A local Ray cluster of two logical GPUs whose actors answer from a recording that takes the time
+a GPU's runs take (the GPU is the one thing CI cannot reach; the server, Ray and the search are real)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient, client_capabilities
+from pytest_lsp.client import make_test_lsp_client
+
+from tests.repository_support import KERNELS, RECORDING
+from tests.server_support import SERVER_ENV, wait_until
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cuda-agent[cluster]')")
+
+SEARCH_TIMEOUT_S = 240.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    context = ray.init(
+        address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
+        configure_logging=False,
+    )  # fmt: skip
+    try:
+        yield context.address_info["gcs_address"]
+    finally:
+        ray.shutdown()
+
+
+@asynccontextmanager
+async def pool_server(address: str, recording: Path, cache: Path) -> AsyncIterator[int]:
+    env = {
+        **SERVER_ENV, "RAY_AUTH_MODE": "disabled", "CUDA_AGENT_RECORDED_WORKER": str(recording),
+        "CUDA_AGENT_CACHE_DIR": str(cache),
+    }  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cuda_agent", "serve", "--tcp", "--port", "0", "--ray", address,
+        env=env, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        while True:
+            line = await asyncio.wait_for(process.stderr.readline(), timeout=60)
+            assert line, "the server ended before it listened"
+            if b"listening on" in line:
+                break
+        yield int(line.decode().rsplit(":", 1)[1])
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def editor(port: int, path: Path) -> tuple[LanguageClient, list[Any]]:
+    """A client like VS Code's, keeping every cudaAgent/result notification with the time it came."""
+    client = make_test_lsp_client()
+    results: list[Any] = []
+
+    @client.feature("cudaAgent/result")
+    def on_result(params: Any) -> None:
+        results.append((time.monotonic(), params))
+
+    await client.start_tcp("127.0.0.1", port)
+    await client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"),
+            initialization_options={"searchBudgetSeconds": 120},
+        )
+    )
+    text = path.read_text()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=path.as_uri(), language_id="cuda", version=1, text=text)
+        )
+    )
+    return client, results
+
+
+def slow_recording(tmp_path: Path) -> Path:
+    data = json.loads(RECORDING.read_text())
+    for kernel in data["kernels"].values():
+        kernel["run_s"] = 0.3
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def finished(results: list[Any]) -> float | None:
+    return next((at for at, r in results if not r.searching), None)
+
+
+async def test_two_editors_optimize_at_once_and_neither_waits_for_the_other(cluster: str, tmp_path: Path):
+    first_file, second_file = tmp_path / "a" / "axpy.cu", tmp_path / "b" / "axpy.cu"
+    for path in (first_file, second_file):
+        path.parent.mkdir()
+        path.write_text((KERNELS / "axpy.cu").read_text())
+    async with pool_server(cluster, slow_recording(tmp_path), tmp_path / "cache") as port:
+        (first, first_results), (second, second_results) = await asyncio.gather(
+            editor(port, first_file), editor(port, second_file)
+        )
+        try:
+            started = time.monotonic()
+            for client, path in ((first, first_file), (second, second_file)):
+                answer = await client.workspace_execute_command_async(
+                    types.ExecuteCommandParams(
+                        command="cudaAgent.optimize", arguments=[path.as_uri(), "daxpy"]
+                    )
+                )
+                assert answer["started"] is True, answer
+            await wait_until(
+                lambda: finished(first_results) and finished(second_results),
+                SEARCH_TIMEOUT_S,
+                "both searches",
+            )
+        finally:
+            for client in (first, second):
+                await client.shutdown_session()
+    for results in (first_results, second_results):
+        final = next(r for _, r in results if not r.searching)
+        assert final.rewrite is not None and final.rewrite.speedup == pytest.approx(80 / 60, rel=1e-6)
+    # Side by side on the pool's two GPUs: the second editor's search made progress (a first verified
+    # rewrite shown) before the first editor's ended; one after another, it would start only then.
+    first_end = finished(first_results)
+    second_shown = min(at for at, _ in second_results)
+    assert first_end is not None and second_shown < first_end, (second_shown - started, first_end - started)
