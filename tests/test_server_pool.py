@@ -64,14 +64,25 @@ async def pool_server(address: str, recording: Path, cache: Path) -> AsyncIterat
         await process.wait()
 
 
-async def editor(port: int, path: Path) -> tuple[LanguageClient, list[Any]]:
-    """A client like VS Code's, keeping every cudaAgent/result notification with the time it came."""
+async def editor(port: int, path: Path) -> tuple[LanguageClient, list[Any], list[float]]:
+    """A client like VS Code's, keeping every cudaAgent/result notification with the time it came, and
+    the time of every progress report (one a candidate evaluated)."""
     client = make_test_lsp_client()
     results: list[Any] = []
+    reports: list[float] = []
 
     @client.feature("cudaAgent/result")
     def on_result(params: Any) -> None:
         results.append((time.monotonic(), params))
+
+    recorded = client.protocol.fm.features[types.PROGRESS]
+
+    def on_progress(params: types.ProgressParams) -> Any:
+        if isinstance(params.value, dict) and params.value.get("kind") == "report":
+            reports.append(time.monotonic())
+        return recorded(params)
+
+    client.protocol.fm.features[types.PROGRESS] = on_progress
 
     await client.start_tcp("127.0.0.1", port)
     await client.initialize_session(
@@ -86,7 +97,7 @@ async def editor(port: int, path: Path) -> tuple[LanguageClient, list[Any]]:
             types.TextDocumentItem(uri=path.as_uri(), language_id="cuda", version=1, text=text)
         )
     )
-    return client, results
+    return client, results, reports
 
 
 def slow_recording(tmp_path: Path) -> Path:
@@ -108,9 +119,10 @@ async def test_two_editors_optimize_at_once_and_neither_waits_for_the_other(clus
         path.parent.mkdir()
         path.write_text((KERNELS / "axpy.cu").read_text())
     async with pool_server(cluster, slow_recording(tmp_path), tmp_path / "cache") as port:
-        (first, first_results), (second, second_results) = await asyncio.gather(
-            editor(port, first_file), editor(port, second_file)
-        )
+        (
+            (first, first_results, first_reports),
+            (second, second_results, second_reports),
+        ) = await asyncio.gather(editor(port, first_file), editor(port, second_file))
         try:
             started = time.monotonic()
             for client, path in ((first, first_file), (second, second_file)):
@@ -131,8 +143,10 @@ async def test_two_editors_optimize_at_once_and_neither_waits_for_the_other(clus
     for results in (first_results, second_results):
         final = next(r for _, r in results if not r.searching)
         assert final.rewrite is not None and final.rewrite.speedup == pytest.approx(80 / 60, rel=1e-6)
-    # Side by side on the pool's two GPUs: the second editor's search made progress (a first verified
-    # rewrite shown) before the first editor's ended; one after another, it would start only then.
-    first_end = finished(first_results)
-    second_shown = min(at for at, _ in second_results)
-    assert first_end is not None and second_shown < first_end, (second_shown - started, first_end - started)
+    # Side by side on the pool's two GPUs: each editor's search evaluated candidates before the other's
+    # ended; one after another, the second would report its first candidate only after the first's end.
+    first_end, second_end = finished(first_results), finished(second_results)
+    assert first_end is not None and second_end is not None
+    assert first_reports and second_reports
+    assert second_reports[0] < first_end, (second_reports[0] - started, first_end - started)
+    assert first_reports[0] < second_end, (first_reports[0] - started, second_end - started)
