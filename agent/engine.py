@@ -341,10 +341,14 @@ class Engine:
         # A candidate starts only when a worker is free, so `keep_going` (the budget) is asked when it
         # could start, as in the sequential loop, not once for the whole batch.
         free = threading.Semaphore(workers)
+        raised = threading.Event()  # a callback stopped the search (the server's cancel): start no more
 
         def run_and_free(index: int, candidate: Candidate, compiling: Future[CompileResult]) -> None:
             try:
                 run(index, candidate, compiling)
+            except BaseException:
+                raised.set()
+                raise
             finally:
                 free.release()
 
@@ -352,7 +356,7 @@ class Engine:
             running = []
             for index, (candidate, compiling) in enumerate(zip(candidates, compiled, strict=True)):
                 free.acquire()
-                if keep_going is not None and not keep_going():
+                if raised.is_set() or (keep_going is not None and not keep_going()):
                     free.release()
                     break
                 running.append(threads.submit(run_and_free, index, candidate, compiling))

@@ -150,3 +150,37 @@ async def test_two_editors_optimize_at_once_and_neither_waits_for_the_other(clus
     assert first_reports and second_reports
     assert second_reports[0] < first_end, (second_reports[0] - started, first_end - started)
     assert first_reports[0] < second_end, (first_reports[0] - started, second_end - started)
+
+
+async def test_a_search_on_the_pool_stops_soon_after_its_cancel(cluster: str, tmp_path: Path):
+    """Candidates run on both GPUs at once: a cancel stops the search at the candidates in flight, and no
+    new one starts."""
+    path = tmp_path / "axpy.cu"
+    path.write_text((KERNELS / "axpy.cu").read_text())
+    async with pool_server(cluster, slow_recording(tmp_path), tmp_path / "cache") as port:
+        client, _, reports = await editor(port, path)
+        try:
+            optimize = types.ExecuteCommandParams(
+                command="cudaAgent.optimize", arguments=[path.as_uri(), "daxpy"]
+            )
+            assert (await client.workspace_execute_command_async(optimize))["started"] is True
+            await wait_until(lambda: len(reports) >= 2, SEARCH_TIMEOUT_S, "candidates evaluated")
+            cancel = types.ExecuteCommandParams(
+                command="cudaAgent.cancelOptimization", arguments=[path.as_uri(), "daxpy"]
+            )
+            assert await client.workspace_execute_command_async(cancel) == {"cancelled": True}
+            cancelled_at = time.monotonic()
+
+            def ended() -> bool:
+                return any(
+                    isinstance(r[-1], types.WorkDoneProgressEnd)
+                    for r in client.progress_reports.values()
+                    if r
+                )
+
+            await wait_until(ended, 30, "the search's progress to end")
+            # A candidate takes three runs of 0.3 s: the ones in flight finish (0.9 s at most), nothing more
+            # starts (the rest of the batch of 8 took 2.7 s when the pool kept starting candidates).
+            assert time.monotonic() - cancelled_at < 2.0
+        finally:
+            await client.shutdown_session()
