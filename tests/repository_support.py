@@ -4,6 +4,7 @@ leave out (at the root and in a subfolder, with a negation)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,3 +56,23 @@ def cli(
         [sys.executable, "-m", "cuda_agent", *args],
         capture_output=True, text=True, cwd=cwd, env=environment, timeout=300, check=False,
     )  # fmt: skip
+
+
+class Quiet:
+    """A repository run's listener that shows nothing (agent/repository.py's RunListener)."""
+
+    def started(self, run: object) -> None: ...
+
+    def progressed(self, run: object, progress: object) -> None: ...
+
+    def finished(self, run: object) -> None: ...
+
+
+def slow_recording(folder: Path, run_s: float) -> Path:
+    """The recording with every answer taking `run_s`, as a GPU's runs would: a run lasts seconds."""
+    data = json.loads(RECORDING.read_text())
+    for kernel in data["kernels"].values():
+        kernel["run_s"] = run_s
+    path = folder / "slow.json"
+    path.write_text(json.dumps(data))
+    return path

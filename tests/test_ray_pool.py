@@ -5,7 +5,6 @@ are real)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -24,17 +23,16 @@ from cuda_agent.agent.executors.ray_pool import RayPool  # noqa: E402
 from cuda_agent.agent.repository import FileRun, RunSettings, find_sources, optimize_repository  # noqa: E402
 from cuda_agent.agent.search import SearchBudget  # noqa: E402
 
-from tests.repository_support import EXPECTED, RECORDING, cli, make_repository  # noqa: E402
+from tests.repository_support import (  # noqa: E402
+    EXPECTED,
+    RECORDING,
+    Quiet,
+    cli,
+    make_repository,
+    slow_recording,
+)
 
 SETTINGS = RunSettings(("launch-config",), SearchBudget(seconds=60))
-
-
-class Quiet:
-    def started(self, run: object) -> None: ...
-
-    def progressed(self, run: object, progress: object) -> None: ...
-
-    def finished(self, run: object) -> None: ...
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +51,6 @@ def cluster() -> Iterator[str]:
         yield context.address_info["gcs_address"]
     finally:
         ray.shutdown()
-
-
-def slow_recording(tmp_path: Path, run_s: float) -> Path:
-    """The recording with every answer taking `run_s`, as a GPU's runs would: a run lasts seconds."""
-    data = json.loads(RECORDING.read_text())
-    for kernel in data["kernels"].values():
-        kernel["run_s"] = run_s
-    path = tmp_path / "slow.json"
-    path.write_text(json.dumps(data))
-    return path
 
 
 def busy(pool: RayPool) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repository_support import make_repository
+from tests.repository_support import Quiet, make_repository
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cuda-agent[cluster]')")
 
@@ -22,14 +22,6 @@ from cuda_agent.agent.search import SearchBudget  # noqa: E402
 # The launch tuner only: every candidate is timed (none is refused by a rewrite's preconditions), so the two
 # runs evaluate the same candidates and their times can be compared one by one.
 SETTINGS = RunSettings(("launch-config",), SearchBudget(seconds=120))
-
-
-class Quiet:
-    def started(self, run: object) -> None: ...
-
-    def progressed(self, run: object, progress: object) -> None: ...
-
-    def finished(self, run: object) -> None: ...
 
 
 def timed_run(pool: PoolSettings, repo: Path) -> tuple[list[FileRun], float, int]:

@@ -5,7 +5,6 @@ a GPU's runs take (the GPU is the one thing CI cannot reach; the server, Ray and
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import make_test_lsp_client
 
-from tests.repository_support import KERNELS, RECORDING
+from tests.repository_support import KERNELS, slow_recording
 from tests.server_support import SERVER_ENV, wait_until
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cuda-agent[cluster]')")
@@ -100,15 +99,6 @@ async def editor(port: int, path: Path) -> tuple[LanguageClient, list[Any], list
     return client, results, reports
 
 
-def slow_recording(tmp_path: Path) -> Path:
-    data = json.loads(RECORDING.read_text())
-    for kernel in data["kernels"].values():
-        kernel["run_s"] = 0.3
-    path = tmp_path / "slow.json"
-    path.write_text(json.dumps(data))
-    return path
-
-
 def finished(results: list[Any]) -> float | None:
     return next((at for at, r in results if not r.searching), None)
 
@@ -118,7 +108,7 @@ async def test_two_editors_optimize_at_once_and_neither_waits_for_the_other(clus
     for path in (first_file, second_file):
         path.parent.mkdir()
         path.write_text((KERNELS / "axpy.cu").read_text())
-    async with pool_server(cluster, slow_recording(tmp_path), tmp_path / "cache") as port:
+    async with pool_server(cluster, slow_recording(tmp_path, 0.3), tmp_path / "cache") as port:
         (
             (first, first_results, first_reports),
             (second, second_results, second_reports),
@@ -157,7 +147,7 @@ async def test_a_search_on_the_pool_stops_soon_after_its_cancel(cluster: str, tm
     new one starts."""
     path = tmp_path / "axpy.cu"
     path.write_text((KERNELS / "axpy.cu").read_text())
-    async with pool_server(cluster, slow_recording(tmp_path), tmp_path / "cache") as port:
+    async with pool_server(cluster, slow_recording(tmp_path, 0.3), tmp_path / "cache") as port:
         client, _, reports = await editor(port, path)
         try:
             optimize = types.ExecuteCommandParams(

@@ -80,8 +80,9 @@ def open_executor(pool: PoolSettings, gpu_index: int, timeout_s: float) -> Execu
         from cuda_agent.agent.executors.ray_pool import RayPool
 
         return RayPool.connect(pool.ray_address, pool.ray_workers, timeout_s)
-    from cuda_agent.agent.executors.local import LocalPool, one_worker
+    from cuda_agent.agent.executors.local import one_worker
+    from cuda_agent.agent.executors.pool import WorkerPool
 
     if len(pool.gpus) > 1:
-        return LocalPool([one_worker(index, timeout_s) for index in pool.gpus], "GPUs of this machine")
-    return LocalPool([one_worker(pool.gpus[0] if pool.gpus else gpu_index, timeout_s)], "this machine")
+        return WorkerPool([one_worker(index, timeout_s) for index in pool.gpus], "GPUs of this machine")
+    return WorkerPool([one_worker(pool.gpus[0] if pool.gpus else gpu_index, timeout_s)], "this machine")

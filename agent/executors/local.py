@@ -1,10 +1,11 @@
-"""This machine's GPUs: a sandbox worker process per GPU (`--gpus 0,1,…`), or the one GPU of the engine."""
+"""This machine's GPUs as pool workers: a sandbox worker process per GPU (`--gpus 0,1,…`, or the engine's
+one GPU); agent/executors/pool.py hands them requests."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
-from cuda_agent.agent.executors.pool import WorkerPool, on_gpu
 from cuda_agent.sandbox.client import Sandbox
 from cuda_agent.sandbox.protocol import (
     TimeRequest,
@@ -57,7 +58,7 @@ class SandboxWorker:
         if executable is None:
             return not_checked(NOT_FOUND)
         with self.sandbox.exclusive():  # no verify or time request is timed beside it
-            return sanitize(on_gpu(request, self.gpu_index), settings, executable)
+            return sanitize(replace(request, gpu_index=self.gpu_index), settings, executable)
 
     def alive(self) -> bool:
         return True  # a sandbox restarts its own worker process; it is never lost
@@ -76,10 +77,3 @@ def one_worker(gpu_index: int, timeout_s: float) -> SandboxWorker:
     if recording:
         return SandboxWorker(RecordedSandbox.from_file(recording), gpu_index)
     return SandboxWorker(Sandbox(gpu_index=gpu_index, timeout_s=timeout_s), gpu_index)
-
-
-class LocalPool(WorkerPool):
-    """Workers on this machine."""
-
-    def __init__(self, workers: list[SandboxWorker], where: str) -> None:
-        super().__init__(workers, where)

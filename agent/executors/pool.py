@@ -14,7 +14,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Protocol, TypeVar
 
 from cuda_agent.sandbox.protocol import (
@@ -236,8 +235,3 @@ def _asked(worker: Worker) -> DeviceInfo | WorkerError:
 def _first_index(model: tuple[object, ...], workers: list[Worker], devices: dict[int, DeviceInfo]) -> int:
     """Among equally common models, the one of the earliest worker wins (GPU 0's, usually)."""
     return next(i for i, w in enumerate(workers) if id(w) in devices and model_of(devices[id(w)]) == model)
-
-
-def on_gpu(request: SanitizerRequest, gpu_index: int) -> SanitizerRequest:
-    """The sanitizer request for the worker's own GPU (it runs in a process of its own, by index)."""
-    return replace(request, gpu_index=gpu_index)

@@ -14,7 +14,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from cuda_agent.agent.executors.local import SandboxWorker
 from cuda_agent.agent.executors.pool import WorkerLost, WorkerPool
@@ -29,8 +29,6 @@ from cuda_agent.sandbox.protocol import (
 from cuda_agent.sandbox.recorded import RECORDED_WORKER_ENV, RecordedSandbox
 from cuda_agent.sandbox.reports import DeviceInfo, VerificationReport, WorkerError
 from cuda_agent.sandbox.sanitizer import SanitizerReport, SanitizerRequest, SanitizerSettings
-
-T = TypeVar("T")
 
 INSTALL_HINT = "Ray is not installed: pip install 'cuda-agent[cluster]' (here and on every node)"
 # A request that has not come back after this is a worker stuck beyond the sandbox's own launch timeout
@@ -158,7 +156,7 @@ def import_ray() -> Any:
 class RayPool(WorkerPool):
     """One actor per GPU of the cluster (or `workers` of them)."""
 
-    def __init__(self, ray: Any, workers: list[RayWorker], address: str) -> None:
+    def __init__(self, workers: list[RayWorker], address: str) -> None:
         super().__init__(workers, f"Ray cluster at {address}")
         self.ray_workers = workers
 
@@ -188,4 +186,4 @@ class RayPool(WorkerPool):
             num_gpus=1, max_restarts=RESTARTS, max_task_retries=0, max_concurrency=1
         )
         actors = [RayWorker(ray, remote.remote(recording, timeout_s), i) for i in range(count)]
-        return RayPool(ray, actors, address)
+        return RayPool(actors, address)
