@@ -23,6 +23,7 @@ from cuda_agent.agent.proposers.rewrites import (
     contraction,
     inline_helper,
     promote,
+    shared_loop,
     vector_loop,
     warp_per_output,
     y_split,
@@ -35,11 +36,13 @@ Evaluate = Callable[[Sequence[Candidate], Callable[[CandidateResult], None]], li
 
 LAUNCH_CONFIG = "launch-config"
 # Proposers worth trying on top of a candidate whose lineage includes the key, helped or not.
-# A loop split across lanes steps past the other lanes: its loads are then worth vectorising. A sum
+# A loop split across lanes (or a block's threads) steps past the others: its loads are then worth
+# vectorising. A sum
 # moved from memory into a register is a reduction the other rewrites can take on.
 FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     LAUNCH_CONFIG: ("launch-bounds",),
     warp_per_output.PROPOSER: (vector_loop.PROPOSER,),
+    shared_loop.PROPOSER: (vector_loop.PROPOSER,),
     promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER, y_split.PROPOSER),
     # a helper's loop written out at its call is the kernel's own: every loop rewrite may take it
     inline_helper.PROPOSER: (
@@ -49,6 +52,12 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
         vector_loop.PROPOSER,
     ),
 }
+# Rewrites whose follow-ups also run on their candidates in the first round: those that gain little alone
+# but make the kernel another rewrite's (a sum moved into a register, a helper's loop written out), and
+# the lane split, whose strided loops are then worth vectorising. The combination that pays is measured
+# early instead of a round later, when the budget may be spent.
+CHAINED = (promote.PROPOSER, inline_helper.PROPOSER, warp_per_output.PROPOSER, shared_loop.PROPOSER)
+CHAINED_PER_PROPOSER = 2  # of each such proposer's candidates, how many get their follow-ups at once
 
 
 @dataclass(frozen=True)
@@ -190,7 +199,7 @@ def run_search(
         if on_progress is not None:
             on_progress(progress)
 
-    queue = _fresh(interleave(_propose_all(target, proposers, outcome.notes)), tried)
+    queue = _fresh(interleave(_first_round(target, proposers, outcome.notes)), tried)
     while queue:
         outcome.rounds += 1
         best_before = outcome.best
@@ -245,10 +254,33 @@ def _evaluate_round(
     return ""
 
 
-def _propose_all(
+def _first_round(
     target: KernelTarget, proposers: Mapping[str, Proposer], notes: list[str]
 ) -> list[list[Candidate]]:
-    return [_propose(name, proposer, target, notes) for name, proposer in proposers.items()]
+    """Every proposer on the original; right after a chained proposer's candidates, its follow-ups on
+    them."""
+    groups: list[list[Candidate]] = []
+    for name, proposer in proposers.items():
+        proposed = _propose(name, proposer, target, notes)
+        groups.append(proposed)
+        if name in CHAINED:
+            for base in proposed[:CHAINED_PER_PROPOSER]:
+                groups += _chained(target, proposers, base, notes)
+    return groups
+
+
+def _chained(
+    original: KernelTarget, proposers: Mapping[str, Proposer], base: Candidate, notes: list[str]
+) -> list[list[Candidate]]:
+    base_target = _reloaded(original, base)
+    if base_target is None:
+        return []
+    groups = []
+    for name in FOLLOW_UPS.get(lineage(base)[-1], ()):
+        if name in proposers:
+            steps = _propose(name, proposers[name], base_target, notes)
+            groups.append([combine(base, step, base_target, original) for step in steps])
+    return groups
 
 
 def _propose(name: str, proposer: Proposer, target: KernelTarget, notes: list[str]) -> list[Candidate]:

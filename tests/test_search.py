@@ -61,9 +61,14 @@ class FakeGpu:
     is the product of its steps' factors, launch-config counted only for its 512-thread block."""
 
     def __init__(
-        self, factors: dict[str, float], clock: list[float] | None = None, seconds_a_batch: float = 0
+        self,
+        factors: dict[str, float],
+        clock: list[float] | None = None,
+        seconds_a_batch: float = 0,
+        kernel: str = "scale_add",
     ):
         self.factors = factors
+        self.kernel = kernel
         self.batches: list[list[Candidate]] = []
         self.clock = clock
         self.seconds_a_batch = seconds_a_batch
@@ -84,7 +89,7 @@ class FakeGpu:
             self.clock[0] += self.seconds_a_batch
         results = []
         for candidate in candidates:
-            compiled = compile_kernel(device_source(candidate.source), "scale_add", flags=candidate.flags)
+            compiled = compile_kernel(device_source(candidate.source), self.kernel, flags=candidate.flags)
             assert compiled.ok, (candidate.description, compiled.errors)
             verification, comparison = verdict(candidate, self.speedup(candidate))
             result = CandidateResult(candidate, compiled, verification, comparison)
@@ -126,6 +131,22 @@ def test_combines_what_helped_on_top_of_the_best() -> None:
     assert len(ids) == len(set(ids)) == len(outcome.results) == progress.done
     assert abs(progress.best_speedup - best.speedup) < 1e-9
     assert outcome.first_improvement_s is not None and outcome.notes == []
+
+
+def test_an_enabling_rewrite_is_measured_with_what_it_enables_in_the_first_batch() -> None:
+    # gesummv's two sums live in memory: promoting them to registers gains little alone, but makes the
+    # rows a warp's each (20x on the H200). That pair must not wait for a second round the budget may
+    # never reach.
+    (target,) = load_targets(ROOT / "bench" / "kernels" / "outside" / "gesummv.cu").targets
+    names = ("launch-config", "rewrite:promote", "rewrite:warp-per-output", "vectorize")
+    gpu = FakeGpu({"rewrite:promote": 1.3, "rewrite:warp-per-output": 15.0}, kernel="gesummv")
+    outcome = run_search(target, {n: PROPOSERS[n] for n in names}, gpu, SearchBudget(batch=8, rounds=1))
+    first = [lineage(c) for c in gpu.batches[0]]
+    assert ("rewrite:promote", "rewrite:warp-per-output") in first, first
+    assert outcome.best is not None and lineage(outcome.best.candidate)[-1] == "rewrite:warp-per-output"
+    assert "split across the lanes" in outcome.best.candidate.description
+    # the original alone is not the warp rewrite's: its sums are stores the lanes would race on
+    assert not any(lineage(c) == ("rewrite:warp-per-output",) for batch in gpu.batches for c in batch)
 
 
 def test_first_batch_samples_every_proposer() -> None:

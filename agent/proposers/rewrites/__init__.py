@@ -11,6 +11,7 @@ from cuda_agent.agent.proposers.rewrites import (
     contraction,
     inline_helper,
     promote,
+    shared_loop,
     vector_loop,
     warp_per_output,
     y_split,
@@ -24,6 +25,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     vector_loop.PROPOSER: vector_loop.propose,
     promote.PROPOSER: promote.propose,
     inline_helper.PROPOSER: inline_helper.propose,
+    shared_loop.PROPOSER: shared_loop.propose,
 }
 
 __all__ = ["REWRITE_PROPOSERS"]

@@ -21,8 +21,11 @@ from cuda_agent.agent.analysis.facts import (
     Reduction,
 )
 from cuda_agent.agent.analysis.values import unwrap
-from cuda_agent.agent.proposers.tree import KernelTree, walk
+from cuda_agent.agent.proposers.tree import FULL_MASK, KernelTree, line_indent, walk
 from tree_sitter import Node
+
+# The width of a whole block sharing one loop (its warps' results then merged through shared memory).
+BLOCK = 0
 
 
 class Unsupported(Exception):
@@ -219,3 +222,61 @@ def search_flag(tree: KernelTree, loop: Loop, reduction: Reduction, found: str) 
         (loop.node.start_byte, loop.node.start_byte, f"bool {found} = false;\n{indent}"),
         (taken.end_byte, taken.end_byte, f"\n{inner}{found} = true;"),
     ]
+
+
+def across_lanes(
+    tree: KernelTree,
+    loop: Loop,
+    reduction: Reduction,
+    names: dict[str, str],
+    width: int,
+    indent: str | None = None,
+) -> tuple[str, str | None]:
+    """The code that finishes the reduction across the lanes, to go right after the loop: shuffles
+    within a warp (or a group of lanes); for a block per output, then each warp's result through shared
+    memory, merged in the same order by every thread (all of them go on with the result)."""
+    indent = line_indent(tree, loop.node) if indent is None else indent
+    unit = tree.indent_unit()
+    value = reduction.accumulators[0]
+    kind = declared_type(tree, value) or "float"
+    others, merging, comment, assumption = merge(tree, reduction, names, kind)
+    lanes = min(width, 32) if width else 32
+    step = names["offset"]
+    head = f"for (int {step} = {lanes // 2}; {step} > 0; {step} >>= 1)"
+    mask = names["group_mask"] if width and width < 32 else FULL_MASK
+    suffix = f", {width}" if width and width < 32 else ""
+    shuffles = [f"{t} {o} = __shfl_xor_sync({mask}, {a}, {step}{suffix});" for o, t, a in others]
+    lines = [f"// {comment}"] if comment else []
+    compact = _compact(reduction, merging, others)
+    if compact is not None:
+        lines.append(f"{head} {compact.replace(others[0][0], shuffles[0].split(' = ', 1)[1][:-1])}")
+    else:
+        lines += [f"{head} {{", *(unit + line for line in shuffles + merging), "}"]
+    if not width:
+        parts = [(f"{a}_{names['part']}", t, a, o) for o, t, a in others]
+        warp, count = names["w"], "blockDim.x / 32"
+        lines += [
+            "// then the warps' results, through shared memory",
+            "{",
+            *(f"{unit}__shared__ {t} {p}[32];" for p, t, _, _ in parts),
+            f"{unit}if (threadIdx.x % 32 == 0) {{",
+            *(f"{unit}{unit}{p}[threadIdx.x / 32] = {a};" for p, _, a, _ in parts),
+            f"{unit}}}",
+            f"{unit}__syncthreads();",
+            *(f"{unit}{a} = {p}[0];" for p, _, a, _ in parts),
+            f"{unit}for (int {warp} = 1; {warp} < {count}; ++{warp}) {{",
+            *(f"{unit}{unit}{t} {o} = {p}[{warp}];" for p, t, _, o in parts),
+            *(unit + unit + line for line in merging),
+            f"{unit}}}",
+            f"{unit}__syncthreads();  // the partials are read before they are written again",
+            "}",
+        ]
+    return "".join(f"\n{indent}{line}" for line in lines), assumption
+
+
+def _compact(reduction: Reduction, merge: list[str], others: list[tuple[str, str, str]]) -> str | None:
+    """The merge as one statement with the shuffle in it (`acc += __shfl_xor_sync(...)`), where it can be."""
+    simple = reduction.combine in (SUM, PRODUCT, OR, AND, XOR) or (
+        reduction.combine in (MAX, MIN) and reduction.combiner not in ("?:", "if", ">", "<")
+    )
+    return merge[0] if simple and len(others) == 1 else None

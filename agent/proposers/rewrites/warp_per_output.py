@@ -20,32 +20,23 @@ from dataclasses import dataclass
 
 from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.facts import (
-    AND,
     FIND_FIRST,
-    MAX,
-    MIN,
-    OR,
-    PRODUCT,
-    SUM,
-    XOR,
     Access,
     Loop,
-    Reduction,
 )
 from cuda_agent.agent.analysis.forms import LANE, Form
 from cuda_agent.agent.analysis.values import unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
 from cuda_agent.agent.proposers.rewrites._combine import (
+    BLOCK,
     Unsupported,
+    across_lanes,
     check_initial,
-    declared_type,
-    merge,
     search_flag,
     strided,
 )
 from cuda_agent.agent.proposers.tree import (
-    FULL_MASK,
     Edit,
     KernelTree,
     apply_to_body,
@@ -60,9 +51,8 @@ from tree_sitter import Node
 
 PROPOSER = "rewrite:warp-per-output"
 # (lanes per output, threads per block): a whole warp for long loops, 8 lanes for short ones (a head
-# dimension of 64) where 32 lanes would idle; 4 warps a block suits outputs that are few; 0 is a whole
+# dimension of 64) where 32 lanes would idle; 4 warps a block suits outputs that are few; BLOCK is a whole
 # block per output, for rows so long (a vocabulary) that a warp each would leave the GPU half idle.
-BLOCK = 0
 SHAPES = ((32, 256), (32, 128), (8, 256), (BLOCK, 256), (BLOCK, 1024))
 
 
@@ -151,7 +141,7 @@ def _rewrite(
             check_initial(tree, loop, reduction)
             if reduction.combine == FIND_FIRST:
                 edits += search_flag(tree, loop, reduction, names["found"])
-            combined, assumption = _combine(tree, loop, reduction, names, width)
+            combined, assumption = across_lanes(tree, loop, reduction, names, width)
             edits.append((loop.node.end_byte, loop.node.end_byte, combined))
             if assumption:
                 assumptions.add(assumption)
@@ -330,59 +320,6 @@ def _initialiser(declaration: Node) -> Node:
 def _loop_edits(tree: KernelTree, loop: Loop, names: dict[str, str], width: int) -> list[Edit]:
     """`for (int k = a; k < n; ++k)` -> `for (int k = a + lane; k < n; k += 32)`."""
     return strided(tree, loop, names["lane"], str(width or "blockDim.x"))
-
-
-def _combine(
-    tree: KernelTree, loop: Loop, reduction: Reduction, names: dict[str, str], width: int
-) -> tuple[str, str | None]:
-    """The code that finishes the reduction across the lanes, to go right after the loop: shuffles
-    within a warp (or a group of lanes); for a block per output, then each warp's result through shared
-    memory, merged in the same order by every thread (all of them go on with the result)."""
-    indent = line_indent(tree, loop.node)
-    unit = tree.indent_unit()
-    value = reduction.accumulators[0]
-    kind = declared_type(tree, value) or "float"
-    others, merging, comment, assumption = merge(tree, reduction, names, kind)
-    lanes = min(width, 32) if width else 32
-    step = names["offset"]
-    head = f"for (int {step} = {lanes // 2}; {step} > 0; {step} >>= 1)"
-    mask = names["group_mask"] if width and width < 32 else FULL_MASK
-    suffix = f", {width}" if width and width < 32 else ""
-    shuffles = [f"{t} {o} = __shfl_xor_sync({mask}, {a}, {step}{suffix});" for o, t, a in others]
-    lines = [f"// {comment}"] if comment else []
-    compact = _compact(reduction, merging, others)
-    if compact is not None:
-        lines.append(f"{head} {compact.replace(others[0][0], shuffles[0].split(' = ', 1)[1][:-1])}")
-    else:
-        lines += [f"{head} {{", *(unit + line for line in shuffles + merging), "}"]
-    if not width:
-        parts = [(f"{a}_{names['part']}", t, a, o) for o, t, a in others]
-        warp, count = names["w"], "blockDim.x / 32"
-        lines += [
-            "// then the warps' results, through shared memory",
-            "{",
-            *(f"{unit}__shared__ {t} {p}[32];" for p, t, _, _ in parts),
-            f"{unit}if (threadIdx.x % 32 == 0) {{",
-            *(f"{unit}{unit}{p}[threadIdx.x / 32] = {a};" for p, _, a, _ in parts),
-            f"{unit}}}",
-            f"{unit}__syncthreads();",
-            *(f"{unit}{a} = {p}[0];" for p, _, a, _ in parts),
-            f"{unit}for (int {warp} = 1; {warp} < {count}; ++{warp}) {{",
-            *(f"{unit}{unit}{t} {o} = {p}[{warp}];" for p, t, _, o in parts),
-            *(unit + unit + line for line in merging),
-            f"{unit}}}",
-            f"{unit}__syncthreads();  // the partials are read before they are written again",
-            "}",
-        ]
-    return "".join(f"\n{indent}{line}" for line in lines), assumption
-
-
-def _compact(reduction: Reduction, merge: list[str], others: list[tuple[str, str, str]]) -> str | None:
-    """The merge as one statement with the shuffle in it (`acc += __shfl_xor_sync(...)`), where it can be."""
-    simple = reduction.combine in (SUM, PRODUCT, OR, AND, XOR) or (
-        reduction.combine in (MAX, MIN) and reduction.combiner not in ("?:", "if", ">", "<")
-    )
-    return merge[0] if simple and len(others) == 1 else None
 
 
 def _lane_zero_stores(tree: KernelTree, facts: KernelFacts, distributed: list[Loop], lane: str) -> list[Edit]:
