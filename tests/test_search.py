@@ -269,12 +269,15 @@ def test_a_roofline_past_100_percent_says_the_byte_count_is_too_high() -> None:
                            "(4,158 of 4,200 GB/s)"),
         ("compute", 50.8, "compute-bound: the original already runs at 71% of the measured peak "
                           "(36.1 of 50.8 TFLOP/s)"),
+        # a scan whose thread 0 walks the whole array: nowhere near its bandwidth, and not held back by it
+        ("memory", 415800.0, "memory-bound by its bytes, yet at only 1% of the measured copy bandwidth "
+                             "(4,158 of 415,800 GB/s): the time goes elsewhere (serial work in one thread"),
     ],
 )  # fmt: skip
 def test_when_nothing_helps_the_explanation_names_the_bound_and_the_figures(
     bound: str, ceiling: float, said: str
 ) -> None:
-    fraction = 0.99 if bound == "memory" else 0.71
+    fraction = 0.71 if bound == "compute" else 4158.0 / ceiling
     timing = TimingReport("original", 1.0, 0.99, 1.01, 500, bandwidth_gbs=4158.0, flop_rate_tflops=36.1,
                           roofline_fraction=fraction, bound=bound, ceiling=ceiling)  # fmt: skip
     baseline = Baseline(None, None, (), None, CompileResult(True, None), timing=timing)  # type: ignore[arg-type]
