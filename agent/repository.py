@@ -95,7 +95,8 @@ def _ignore_file(folder: Path) -> tuple[Path, pathspec.GitIgnoreSpec] | None:
 
 
 def _ignored(path: Path, rules: list[tuple[Path, pathspec.GitIgnoreSpec]], directory: bool) -> bool:
-    resolved = path.resolve()
+    # Where the entry sits, as git sees it: a link is matched by its own path, not by where it points.
+    resolved = path.parent.resolve() / path.name
     for base, spec in rules:
         relative = resolved.relative_to(base).as_posix()
         if spec.match_file(relative + "/" if directory else relative):
@@ -171,7 +172,8 @@ def optimize_file(engine: Engine, path: Path, settings: RunSettings, listener: R
     run = FileRun(path, loaded, loaded, spec_errors=errors)
     source = loaded
     for name in [t.kernel.name for t in files.targets]:
-        current: FileTargets = load_targets(path, source)
+        # the file as the kernels before this one left it (read again only once one was rewritten)
+        current: FileTargets = files if source is loaded else load_targets(path, source)
         target = current.find(name)
         if target is None:  # an earlier kernel's rewrite renamed or removed it: nothing left to do
             continue

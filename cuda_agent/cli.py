@@ -66,8 +66,8 @@ err = Console(stderr=True, highlight=False)
 
 def relative(path: Path) -> Path:
     """Paths as the user typed them, relative to where they stand when possible."""
-    try:
-        return path.resolve().relative_to(Path.cwd())
+    try:  # a link by its own name, not its target's
+        return (path.parent.resolve() / path.name).relative_to(Path.cwd())
     except ValueError:
         return path
 
@@ -520,6 +520,16 @@ def cmd_optimize(engine: Engine, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _kernel_count(path: Path) -> int:
+    """The file's kernels, for the progress display: written specs only (each file's run infers the rest),
+    and 0 for a file that cannot be read (its run says why)."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return 0
+    return len(load_targets(path, text, infer=False).targets)
+
+
 def cmd_optimize_repository(engine: Engine, args: argparse.Namespace) -> int:
     """Every kernel under the paths, over the executor's GPUs: one progress display, one summary table."""
     try:
@@ -536,7 +546,7 @@ def cmd_optimize_repository(engine: Engine, args: argparse.Namespace) -> int:
         raise UsageError("the llm proposer runs on one file at a time: give one file with it")
     sanitize = args.write if args.sanitize is None else args.sanitize
     budget = SearchBudget(seconds=args.budget_s, candidates=args.max_candidates)
-    total = sum(len(load_targets(p, p.read_bytes().decode("utf-8", errors="replace")).targets) for p in paths)
+    total = sum(_kernel_count(p) for p in paths)
     console.print(f"{total} kernels in {len(paths)} files on {escape(engine.executor.where)}")
     started = time.monotonic()
     with LiveProgress(console, total, relative) as live:

@@ -105,3 +105,15 @@ def test_bad_paths_and_options_are_told_by_name(tmp_path: Path) -> None:
     assert kernel.returncode == 2 and "give one file with it" in kernel.stderr
     gpus = cli("optimize", "src", "--gpus", "0,x", cwd=repo, cache=tmp_path / "cache")
     assert gpus.returncode == 2 and "GPU indices separated by commas" in gpus.stderr
+
+
+def test_a_file_that_cannot_be_read_is_named_and_the_rest_still_run(tmp_path: Path) -> None:
+    repo = make_repository(tmp_path)
+    (repo / "src" / "gone.cu").symlink_to(tmp_path / "deleted.cu")  # a link left behind by a rename
+    run = cli(
+        "optimize", "src", "--proposer", "launch-config", "--no-sanitize", cwd=repo, cache=tmp_path / "c"
+    )
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "src/gone.cu: cannot read it (No such file or directory)" in run.stderr
+    assert run.returncode == 1
+    assert re.search(r"daxpy\s.*faster", run.stdout), run.stdout  # the readable files ran all the same
