@@ -13,7 +13,12 @@ from cuda_agent.agent.targets import load_targets
 from cuda_agent.sandbox.compile import compile_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = sorted((ROOT / "bench" / "kernels").glob("*.cu")) + sorted((ROOT / "examples").glob("*.cu"))
+KERNELS = ROOT / "bench" / "kernels"
+FILES = [
+    *sorted(KERNELS.glob("*.cu")),
+    *sorted((KERNELS / "outside").glob("*.cu")),
+    *sorted((ROOT / "examples").glob("*.cu")),
+]
 
 
 def test_a_comment_after_the_block_value_is_kept_out_of_the_rewrite(tmp_path: Path) -> None:
@@ -47,7 +52,7 @@ def test_candidates_reread_with_their_launch_and_compile(path: Path) -> None:
                     assert rewritten.spec.launch.shared_bytes == candidate.launch.shared_bytes, name
                 else:
                     assert rewritten.spec.launch.block == candidate.block, name
-                if name.startswith("idiom:"):  # the others are compiled in their own tests
+                if name.startswith(("idiom:", "rewrite:")):  # the transforms are compiled in their own tests
                     result = compile_kernel(device_source(candidate.source), rewritten.name_expression)
                     assert result.ok, (name, [d.message for d in result.errors])
                 checked += 1
