@@ -58,6 +58,61 @@ SOFTMAX = (
 )
 
 
+# The course exercise's block sum: every thread stores its element, then thread 0 adds them up.
+BLOCK_SUM = """/* cuda-agent
+[sizes]
+n = "1 << 24"
+[args]
+x = { role = "input", dtype = "float32", shape = ["n"] }
+partial = { role = "output", dtype = "float32", shape = ["n // 256"] }
+n = { role = "scalar", dtype = "int32", value = "n" }
+[launch]
+block = [256]
+grid = ["n // 256"]
+[verify]
+sizes = [{ n = 9472 }]
+oracle = { partial = "x.reshape(-1, 256).sum(1)" }
+reduction = 256
+*/
+__global__ void block_sum(const float* x, float* partial, int n) {
+    __shared__ float cache[256];
+    int tid = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    cache[tid] = (i < n) ? x[i] : 0.0f;
+    __syncthreads();
+    if (tid == 0) {
+        float sum = 0.0f;
+        for (int j = 0; j < blockDim.x; j++) sum += cache[j];
+        partial[blockIdx.x] = sum;
+    }
+}"""
+
+
+@needs_compiler
+def test_a_shared_array_a_barrier_completed_is_summed_by_the_block() -> None:
+    (candidate,) = shared_loop.propose(_target(BLOCK_SUM, "block_sum"))
+    body = body_of(candidate, "block_sum")
+    assert "for (int j = tid; j < blockDim.x; j += blockDim.x) sum += cache[j];" in body
+    assert "if (tid == 0) {\n        partial[blockIdx.x] = sum;" in body
+    assert compile_kernel(device_source(candidate.source), "block_sum").ok
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("    __syncthreads();\n    if (tid == 0)", "    if (tid == 0)"),  # no barrier: stores unfinished
+        (
+            "    __syncthreads();\n    if",
+            "    __syncthreads();\n    cache[tid] *= 2.0f;\n    if",
+        ),  # stored since
+    ],
+)
+def test_a_shared_array_not_settled_by_a_barrier_is_left_to_thread_0(change: tuple[str, str]) -> None:
+    old, new = change
+    assert old in BLOCK_SUM
+    assert shared_loop.propose(_target(BLOCK_SUM.replace(old, new), "block_sum")) == []
+
+
 @needs_compiler
 def test_the_scan_carry_is_summed_by_the_whole_block() -> None:
     target = outside("scan_blocks")
@@ -135,9 +190,10 @@ def test_shared_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
 
     # the scan's thread 0 walks up to the whole array; the row's only its row, twice
-    expected = {"scan_blocks": 5.0, "softmax_rows": 1.2}
+    expected = {"scan_blocks": 5.0, "softmax_rows": 1.2, "block_sum": 1.2}
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
-        for target in (outside("scan_blocks"), _target(SOFTMAX, "softmax_rows")):
+        targets = (outside("scan_blocks"), _target(SOFTMAX, "softmax_rows"), _target(BLOCK_SUM, "block_sum"))
+        for target in targets:
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, shared_loop.propose(target))

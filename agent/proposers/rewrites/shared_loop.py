@@ -33,11 +33,13 @@ from cuda_agent.agent.proposers.tree import (
     apply_to_body,
     build_candidate,
     declared_names,
+    is_barrier,
     line_indent,
     local_names,
     reindent,
     statements,
     walk,
+    writes,
 )
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
@@ -223,8 +225,8 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> tuple[str, tu
 
 def _check_uniform(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> None:
     """What every thread now runs must be what thread 0 ran: no thread-varying value, no memory this
-    kernel also writes (another thread's earlier store may not be visible yet), no shared memory or
-    effects, and declarations only before the loop."""
+    kernel also writes (another thread's earlier store may not be visible yet), shared memory only where
+    a barrier settled it, no effects, and declarations only before the loop."""
     varying = _varying(tree)
     moved = solo.moved
     local = set().union(*(declared_names(node, tree) for node in moved)) | {
@@ -232,6 +234,7 @@ def _check_uniform(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> None:
     }
     written = {a.array for a in facts.accesses if a.write}
     shared = _shared_names(tree)
+    settled = _settled(tree, solo, shared)
     loops = {loop.node.start_byte for loop in solo.loops}
     for node in moved:
         if node.type == "declaration" and any(
@@ -247,7 +250,7 @@ def _check_uniform(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> None:
             if inner.type == "field_expression" and _spelled(tree, inner) in THREAD_BUILTINS:
                 raise _Unsupported("the loop reads a thread index")
             name = tree.text(inner) if inner.type == "identifier" else ""
-            if name and name not in local and (name in varying or name in shared):
+            if name and name not in local and (name in varying or (name in shared and name not in settled)):
                 raise _Unsupported(f"the loop reads {name}, which differs between threads or is shared")
             if inner.type == "call_expression":
                 function = inner.child_by_field_name("function")
@@ -259,8 +262,35 @@ def _check_uniform(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> None:
             if access.write or access.array in written:
                 raise _Unsupported(f"the loop touches {access.array}, which the kernel writes")
     start, end = moved[0].start_byte, moved[-1].end_byte
-    if any(start <= n.start_byte < end for n in facts.unmodelled):
-        raise _Unsupported("a load or store the analysis could not place")
+    stored = {_base(tree, target) for node in moved for target in writes(node, tree)} - local
+    if stored:
+        raise _Unsupported(f"the loop stores to {', '.join(sorted(n for n in stored if n))}")
+    for node in facts.unmodelled:
+        if start <= node.start_byte < end and _base(tree, node) not in settled:
+            raise _Unsupported("a load the analysis could not place")
+
+
+def _settled(tree: KernelTree, solo: _Solo, shared: set[str]) -> set[str]:
+    """The shared names every thread may read inside the `if`: those a top-level barrier before it
+    completed, with no store to them between that barrier and the `if`."""
+    before = [s for s in tree.body.named_children if s.end_byte <= solo.statement.start_byte]
+    barriers = [position for position, s in enumerate(before) if is_barrier(s, tree)]
+    if not barriers:
+        return set()
+    since = before[barriers[-1] + 1 :]
+    stored = {_base(tree, target) for statement in since for target in writes(statement, tree)}
+    return shared - stored
+
+
+def _base(tree: KernelTree, node: Node) -> str | None:
+    """The array or variable an access reaches: `cache` of `cache[j]`, `s` of `s`."""
+    node = unwrap(node)
+    while node.type in ("subscript_expression", "field_expression", "pointer_expression"):
+        inner = node.child_by_field_name("argument")
+        if inner is None:
+            return None
+        node = unwrap(inner)
+    return tree.text(node) if node.type == "identifier" else None
 
 
 def _pure(tree: KernelTree, node: Node) -> bool:
