@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cuda_agent.agent.device_source import device_source
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
 from cuda_agent.agent.targets import load_targets
+from cuda_agent.sandbox.compile import compile_kernel
+
+from tests.test_rewrite_warp_per_output import needs_compiler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,3 +66,49 @@ def test_launch_bounds_cap_the_block(tmp_path: Path) -> None:
     assert target is not None
     blocks = {c.block[0] for c in propose_launch_configs(target)}
     assert blocks == {64, 128}
+
+
+def _changed(before: str, after: str) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
+
+
+@needs_compiler
+def test_a_block_size_macro_is_tuned_with_the_block() -> None:
+    # sumsq_blocks sizes its shared array and its index with `#define THREADS 256`: launched with any
+    # other block and the define left alone, it would sum the wrong elements.
+    path = ROOT / "bench" / "kernels" / "outside" / "sumsq_blocks.cu"
+    (target,) = load_targets(path).targets
+    candidates = propose_launch_configs(target)
+    assert {c.block for c in candidates} == {(64,), (128,), (512,), (1024,)}
+    for candidate in candidates:
+        threads = candidate.block[0]
+        assert _changed(target.source, candidate.source) == [
+            ("#define THREADS 256", f"#define THREADS {threads}"),
+            ("block = [256]      # the kernel's shared array holds one value a thread",
+             f"block = [{threads}]      # the kernel's shared array holds one value a thread"),
+            ('grid = ["ceil_div(n, 256)"]', 'grid = ["ceil_div(n, block.x)"]'),
+        ]  # fmt: skip
+        assert (
+            f"with THREADS = {threads} (the block size, as a __shared__ array's size)"
+            in candidate.description
+        )
+        again = load_targets(path, candidate.source).find("sumsq_blocks")
+        assert again is not None and again.spec is not None and again.spec.launch.block == candidate.block
+        assert compile_kernel(device_source(candidate.source), "sumsq_blocks").ok
+
+
+def test_a_tile_macro_takes_only_square_blocks() -> None:
+    (target,) = load_targets(ROOT / "bench" / "kernels" / "transpose_shared.cu").targets
+    (candidate,) = propose_launch_configs(target)
+    assert candidate.block == (16, 16) and "#define TILE 16" in candidate.source
+    assert 'grid = ["ceil_div(cols, block.x)", "ceil_div(rows, block.y)"]' in candidate.source
+
+
+def test_a_macro_another_function_reads_is_left_alone(tmp_path: Path) -> None:
+    source = (ROOT / "bench" / "kernels" / "outside" / "sumsq_blocks.cu").read_text()
+    source += "\nvoid launch(const float* x, float* sums, int n)\n{\n"
+    source += "    sumsq_blocks<<<(n + THREADS - 1) / THREADS, THREADS>>>(x, sums, n);\n}\n"
+    path = tmp_path / "sumsq.cu"
+    path.write_text(source)
+    (target,) = load_targets(path).targets
+    assert all("#define THREADS 256" in c.source for c in propose_launch_configs(target))

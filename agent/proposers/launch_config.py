@@ -9,7 +9,8 @@ as a number equal to the block (`instantiate = "k<256>"`, block [256]) where the
 parameter as its block size (in `__launch_bounds__`, as a `__shared__` array's size, as a loop's stride),
 each candidate rewrites that number with its block: tuning the block alone would launch `k<256>` with
 512 threads, and every such candidate would fail. Such a kernel is not tuned when the file's host code
-launches it with template arguments of its own (`k<256><<<grid, 256>>>`): they would not follow.
+launches it with template arguments of its own (`k<256><<<grid, 256>>>`): they would not follow. A block
+size written as a `#define` is tuned the same way (block_macro.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, replace
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import replace_span
 from cuda_agent.agent.launch_sites import SitesWritten
+from cuda_agent.agent.proposers.block_macro import block_macro, grid_with_block, with_macro
 from cuda_agent.agent.proposers.tree import KernelTree, identifiers, kernel_tree, walk
 from cuda_agent.agent.rewrite import write_launch
 from cuda_agent.agent.spec.resolve import instantiation_follows_block
@@ -56,16 +58,25 @@ def propose_launch_configs(target: KernelTarget) -> list[Candidate]:
     # In 2-D and 3-D, keep z as written and tune the x-y plane.
     shapes = list(BLOCKS_1D) if rank == 1 else [s + current[2:] for s in BLOCKS_2D]
     tied = block_template_argument(target)
+    macro = block_macro(target, _block_size_uses(target)) if tied is None else None
     follows = tied is not None or instantiation_follows_block(target.spec)
     limit = MAX_THREADS if tied is not None else _max_threads(target)
     candidates = []
     for shape in shapes:
         threads = math.prod(shape)
-        if shape == current or threads > limit:
+        if shape == current or threads > limit or (macro is not None and not macro.fits(shape)):
             continue
         was = "×".join(map(str, current))
         description = f"block {'×'.join(map(str, shape))} ({threads} threads; was {was})"
-        if tied is None:
+        if macro is not None:
+            grid = grid_with_block(target.spec.launch, current, macro)
+            launch = replace(target.spec.launch, block=shape, grid=grid)
+            text = with_macro(target, macro, write_launch(target, launch).text, shape)
+            if text is None:
+                continue
+            written = SitesWritten(text, write_launch(target, launch).notes)
+            description += f" with {macro.name} = {macro.value(shape)} (the block size, {macro.how})"
+        elif tied is None:
             written = write_launch(target, replace(target.spec.launch, block=shape))
         else:
             written = _with_block_and_argument(target, tied, shape)
