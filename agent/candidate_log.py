@@ -13,8 +13,10 @@ A candidate counts once: a sample's `key` hashes the kernel, its file and spec, 
 candidate's source, block, launch and flags; this process writes a key once (a cached result evaluated
 again is not a new sample) and the export keeps the first of each key across processes.
 
-The language server's engine is created where no log is passed (server/backend.py): it takes the
-process's log, which the server's feedback settings point at the workspace's (server/feedback.py).
+A language server's Backend hands its engine a log of its own (server/backend.py), shared by the sessions
+that Backend serves: each session routes the files of its workspace to that workspace's log, as its feedback
+settings say (server/feedback.py), so two servers in one process, or two editors on two workspaces of one TCP
+server, never write each other's logs. The process's log is only for engines made without one.
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cuda_agent.agent.candidates import Candidate, CandidateResult
+from cuda_agent.agent.candidates import OF_THE_REWRITE, Candidate, CandidateResult
 from cuda_agent.agent.feedback import (
     FeedbackLog,
     default_log_path,
@@ -43,6 +45,7 @@ from cuda_agent.agent.feedback import (
 from cuda_agent.agent.spec import render_spec
 from cuda_agent.sandbox.protocol import TorchTimingResult
 from cuda_agent.sandbox.reports import DeviceInfo, TimingReport
+from cuda_agent.sandbox.sanitizer import SanitizerReport
 
 from cuda_agent import __version__
 
@@ -53,7 +56,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SAMPLE_SCHEMA = 1
-CANDIDATE, TORCH, TRAJECTORY = "candidate", "torch", "trajectory"  # the records' `kind`
+# The records' `kind`; a `sanitizer` record is compute-sanitizer's verdict on a sample's candidate, written
+# after it (the gate checks only the best candidates, once the search has timed them).
+CANDIDATE, TORCH, TRAJECTORY, SANITIZER = "candidate", "torch", "trajectory", "sanitizer"
 SEEN_KEYS = 100_000  # keys remembered by a long-running process, to write each sample once
 # A file past this is no prompt a model trains on, and its samples (the file twice each) would fill the log
 # with tens of MB a search: they are not logged.
@@ -75,13 +80,23 @@ def _digest(parts: list[Any]) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class _Route:
+    workspace: Path | None  # None: a session on loose files
+    log: FeedbackLog | None  # None: that session's logging is off
+
+
 class CandidateLog:
-    """Where an engine's samples go: a feedback log, or nowhere (`path` None). Thread-safe."""
+    """Where an engine's samples go: a feedback log, or nowhere (`path` None); or, for an engine that serves
+    several editor sessions, the log of the session whose workspace holds the kernel's file (`route`).
+    Thread-safe."""
 
     def __init__(self, path: Path | None = None) -> None:
         self._log: FeedbackLog | None = None
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
+        # Replaced whole, never changed in place: the engine's threads read it without the lock.
+        self._routes: dict[str, _Route] = {}
         self.use(path)
 
     @staticmethod
@@ -91,14 +106,36 @@ class CandidateLog:
         return CandidateLog(default_log_path(find_workspace(folder)) if logging_enabled() else None)
 
     def use(self, path: Path | None) -> None:
-        if path != self.path:
-            with self._lock:
-                self._seen.clear()  # another log: none of its samples written yet
+        """Every sample to `path` (None: nowhere), unless routed elsewhere."""
         self._log = FeedbackLog(path) if path is not None else None
 
     @property
     def path(self) -> Path | None:
         return self._log.path if self._log is not None else None
+
+    def route(self, owner: str, workspace: Path | None, path: Path | None) -> None:
+        """One editor session's log (`owner` names the session): the samples of files inside `workspace` go
+        to `path` (None: not logged, the session's logging is off). A file in several sessions' workspaces
+        goes to the innermost one's, the latest session's on a tie; a file in none, to the latest loose-file
+        session's log, else the latest session's (the only one, for a server over stdio)."""
+        routes = {k: v for k, v in self._routes.items() if k != owner}  # re-routed: now the latest
+        routes[owner] = _Route(workspace, FeedbackLog(path) if path is not None else None)
+        self._routes = routes
+
+    def unroute(self, owner: str) -> None:
+        """The session ended: its workspace's files are no longer routed for it."""
+        self._routes = {k: v for k, v in self._routes.items() if k != owner}
+
+    def _destination(self, file: Path) -> FeedbackLog | None:
+        routes = list(self._routes.values())
+        if not routes:
+            return self._log
+        holding = [r for r in routes if r.workspace is not None and file.is_relative_to(r.workspace)]
+        if holding:
+            # max() keeps the first of equals: reversed, that is the latest session's.
+            return max(reversed(holding), key=lambda r: len(r.workspace.parts)).log  # type: ignore[union-attr]
+        loose = [r for r in routes if r.workspace is None]
+        return (loose or routes)[-1].log
 
     # -- what the engine calls -------------------------------------------------------------------------
 
@@ -106,7 +143,8 @@ class CandidateLog:
         self, baseline: Baseline, result: CandidateResult, device: DeviceInfo | None, arch: str
     ) -> None:
         """One evaluated candidate. Never raises: a log that cannot be written fails no search."""
-        if self._log is None or device is None:  # no GPU: nothing was measured
+        log = self._destination(baseline.target.path)
+        if log is None or device is None:  # no GPU: nothing was measured
             return
         if result.error is not None and result.error.kind == "no_gpu":  # says nothing of the candidate
             return
@@ -115,20 +153,21 @@ class CandidateLog:
         try:
             prompt, original = _original(baseline, device)
             key = sample_key(prompt, result.candidate)
-            if self._first(key):
-                self._append(_sample(key, prompt, original, result, device, arch))
+            if self._first(log, key):
+                log.append(_sample(key, prompt, original, result, device, arch))
         except Exception:
             logger.exception("could not log the candidate %s", result.candidate.description)
 
     def torch(self, baseline: Baseline, timed: TorchTimingResult, device: DeviceInfo | None) -> None:
         """The spec's PyTorch oracle timed eager and with torch.compile: the milestones of the reward."""
-        if self._log is None or device is None or timed.eager is None:
+        log = self._destination(baseline.target.path)
+        if log is None or device is None or timed.eager is None:
             return
         try:
             prompt, original = _original(baseline, device)
-            if not self._first("torch:" + prompt):
+            if not self._first(log, "torch:" + prompt):
                 return
-            self._append(
+            log.append(
                 {
                     "kind": TORCH, "schema": SAMPLE_SCHEMA, "prompt_key": prompt,
                     "kernel": original["kernel"], "gpu": device.name,
@@ -141,9 +180,41 @@ class CandidateLog:
         except Exception:
             logger.exception("could not log the PyTorch timing of %s", baseline.target.kernel.name)
 
+    def sanitizer(
+        self, baseline: Baseline, result: CandidateResult, report: SanitizerReport, device: DeviceInfo | None
+    ) -> None:
+        """compute-sanitizer's verdict on a candidate the gate checked (agent/sanitizer_gate.py): its sample,
+        logged when it was evaluated, is incorrect in the export when the verdict is a rejection."""
+        if device is None:  # no GPU: no sample either
+            return
+        try:
+            log = self._destination(baseline.target.path)
+            if log is None or len(baseline.target.source) > MAX_FILE_BYTES:
+                return
+            prompt, original = _original(baseline, device)
+            key = sample_key(prompt, result.candidate)
+            if not self._first(log, f"sanitizer:{report.status}:{key}"):
+                return
+            log.append(
+                {
+                    "kind": SANITIZER, "schema": SAMPLE_SCHEMA, "key": key, "prompt_key": prompt,
+                    "kernel": original["kernel"], "gpu": device.name,
+                    "candidate": result.candidate.description, "status": report.status,
+                    # The tool whose finding rejected it: the failed check, as a verifier's check is named.
+                    "check": report.findings[0].tool if report.rejected and report.findings else None,
+                    "summary": report.summary(OF_THE_REWRITE), "reason": report.reason,
+                    "findings": [asdict(f) for f in report.findings],
+                    "runs": [asdict(r) for r in report.runs],
+                    "seconds": report.seconds, "toolchain": _toolchain(), "timestamp": now(),
+                }
+            )  # fmt: skip
+        except Exception:
+            logger.exception("could not log compute-sanitizer's verdict on %s", result.candidate.description)
+
     def trajectory(self, baseline: Baseline, session: LlmSession, device: DeviceInfo | None) -> None:
         """An LLM session's whole conversation, with the turn that proposed each of its candidates."""
-        if self._log is None or device is None or not session.turns:
+        log = self._destination(baseline.target.path)
+        if log is None or device is None or not session.turns:
             return
         if len(baseline.target.source) > MAX_FILE_BYTES:  # its candidates were not logged either
             return
@@ -157,7 +228,7 @@ class CandidateLog:
                 {"key": sample_key(prompt, result.candidate), "turn": turn}
                 for result, turn in zip(session.results, calls, strict=False)
             ]
-            self._append(
+            log.append(
                 {
                     "kind": TRAJECTORY, "schema": SAMPLE_SCHEMA, "session": uuid.uuid4().hex,
                     "prompt_key": prompt, "kernel": original["kernel"], "gpu": device.name,
@@ -171,7 +242,8 @@ class CandidateLog:
 
     # -- helpers ---------------------------------------------------------------------------------------
 
-    def _first(self, key: str) -> bool:
+    def _first(self, log: FeedbackLog, key: str) -> bool:
+        key = f"{log.path}\0{key}"  # written once to each log
         with self._lock:
             if key in self._seen:
                 self._seen.move_to_end(key)
@@ -181,17 +253,12 @@ class CandidateLog:
                 self._seen.popitem(last=False)
             return True
 
-    def _append(self, data: dict[str, Any]) -> None:
-        log = self._log
-        if log is not None:
-            log.append(data)
-
 
 _PROCESS_LOG = CandidateLog()
 
 
 def process_log() -> CandidateLog:
-    """The log of engines made without one (the language server's): nowhere until pointed somewhere."""
+    """The log of engines made without one (the benches' and tests'): nowhere until pointed somewhere."""
     return _PROCESS_LOG
 
 

@@ -39,6 +39,15 @@ MAX_FILES = 16
 
 Event = Literal["shown", "accepted", "rejected", "superseded"]
 EVENTS: tuple[str, ...] = ("shown", "accepted", "rejected", "superseded")
+# Why a user rejected a suggestion, as the editors offer it in one click (a fixed vocabulary, so that the
+# exported pairs can be filtered or weighted by it); a reject without one records None.
+REJECT_REASONS: tuple[str, ...] = (
+    "slower on my real sizes",
+    "unreadable",
+    "changes numerics I care about",
+    "wrong assumption",
+    "other",
+)
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ class FeedbackRecord:
     measurement: Measurement
     timestamp: str  # ISO 8601, UTC
     schema: int = SCHEMA_VERSION
+    reason: str | None = None  # a "rejected" record's REJECT_REASONS entry, where the user gave one
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +144,7 @@ class FeedbackRecord:
             ),
             timestamp=str(data["timestamp"]),
             schema=int(data.get("schema", SCHEMA_VERSION)),
+            reason=str(data["reason"]) if data.get("reason") else None,  # absent before reasons were asked
         )
 
 

@@ -6,13 +6,15 @@ key and grouped by prompt through its indexes; each file is then written from qu
 Parquet in row groups. A prompt is one kernel's file and spec on one GPU model.
 
 - `preferences` (TRL's DPOTrainer and RewardTrainer: `prompt`, `chosen`, `rejected`): on one prompt, a
-  verified candidate over one that failed (compile, verification, timing) or over one measured slower
-  (the 95% intervals of their time against the original do not overlap), and a verified faster candidate
-  over the original file; `source` "measured". Then the editor's users' decisions, `source` "user": an
-  accepted rewrite over a rejected one, else over the original, and the original over a rejected one.
+  verified candidate over one that failed (compile, verification, timing, compute-sanitizer) or over one
+  measured slower (the 95% intervals of their time against the original do not overlap), and a verified
+  faster candidate over the original file; `source` "measured". Then the editor's users' decisions, `source`
+  "user": an accepted rewrite over a rejected one, else over the original, and the original over a rejected
+  one, with the user's reason for the reject where one was given (`rejected_reason`).
 - `rewards` (GRPO-style: `prompt`, `completion`, `reward`): one row per distinct candidate, with CUDA
-  Agent's milestone reward (`milestone_reward`) and the raw speedups beside it; an LLM's candidate carries
-  its session's messages up to the turn that proposed it (`transcript`, JSON).
+  Agent's milestone reward (`milestone_reward`) and the raw speedups beside it; a candidate that
+  compute-sanitizer rejected is incorrect (−1, the tool as `failed_check`); an LLM's candidate carries its
+  session's messages up to the turn that proposed it (`transcript`, JSON).
 - `verl` (verl's RL layout: `data_source`, `prompt`, `ability`, `reward_model`, `extra_info`): one row per
   prompt, its ground truth the reference times the reward needs.
 - `trajectories`: each LLM session as chat-format `messages` (tool calls and their results), with the
@@ -34,8 +36,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.agent.candidate_log import CANDIDATE, TORCH, TRAJECTORY, prompt_key
-from cuda_agent.agent.feedback import FeedbackLog, FeedbackRecord, Original, is_suggestion
+from cuda_agent.agent.candidate_log import CANDIDATE, SANITIZER, TORCH, TRAJECTORY, prompt_key
+from cuda_agent.agent.feedback import REJECT_REASONS, FeedbackLog, FeedbackRecord, Original, is_suggestion
 
 FORMATS = ("preferences", "rewards", "verl", "trajectories")
 MILESTONE = 1.05  # "more than 5% faster"
@@ -66,6 +68,8 @@ class ExportSummary:
     rows: dict[str, int] = field(default_factory=dict)  # by dataset
     pairs: dict[str, int] = field(default_factory=dict)  # by source
     rewards: dict[int, int] = field(default_factory=dict)  # the histogram of milestone rewards
+    sanitizer: dict[str, int] = field(default_factory=dict)  # samples by compute-sanitizer's verdict
+    rejections: dict[str, int] = field(default_factory=dict)  # users' rejects by their reason ("" none)
     gpus: dict[str, int] = field(default_factory=dict)  # samples by GPU
     proposers: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -121,6 +125,7 @@ def export(
         _load(connection, feedback.records(), summary)
         if not summary.records:
             raise ExportError("the feedback log holds no records")
+        _apply_sanitizer(connection)
         _count(connection, summary)
         for name in FORMATS:
             if name in formats:
@@ -145,14 +150,15 @@ CREATE TABLE prompts (seq INTEGER PRIMARY KEY, prompt_key TEXT UNIQUE, kernel TE
 CREATE TABLE samples (seq INTEGER PRIMARY KEY, key TEXT UNIQUE, prompt_key TEXT, completion TEXT,
     completion_hash TEXT, verified INTEGER, faster INTEGER, status TEXT, reason TEXT, failed_check TEXT,
     candidate_ms REAL, original_ms REAL, speedup REAL, ratio_lo REAL, ratio_hi REAL, proposer TEXT,
-    model TEXT, description TEXT, block TEXT, flags TEXT, driver TEXT, timestamp TEXT);
+    model TEXT, description TEXT, block TEXT, flags TEXT, driver TEXT, timestamp TEXT, sanitizer TEXT);
 CREATE INDEX samples_by_prompt ON samples (prompt_key, seq);
 CREATE INDEX samples_by_completion ON samples (prompt_key, completion_hash);
 CREATE TABLE torch (prompt_key TEXT PRIMARY KEY, eager_ms REAL, compile_ms REAL);
+CREATE TABLE sanitizer (key TEXT PRIMARY KEY, status TEXT, rank INTEGER, failed_check TEXT, summary TEXT);
 CREATE TABLE sessions (seq INTEGER PRIMARY KEY, session TEXT UNIQUE, prompt_key TEXT, record TEXT);
 CREATE TABLE proposals (key TEXT PRIMARY KEY, session TEXT, turn INTEGER);
 CREATE TABLE suggestions (seq INTEGER PRIMARY KEY, sid TEXT UNIQUE, prompt_key TEXT, completion_hash TEXT,
-    record TEXT, decision TEXT);
+    record TEXT, decision TEXT, decision_reason TEXT);
 CREATE INDEX suggestions_by_prompt ON suggestions (prompt_key, seq);
 CREATE INDEX suggestions_by_completion ON suggestions (prompt_key, completion_hash);
 """
@@ -174,6 +180,7 @@ def _load(connection: sqlite3.Connection, records: Iterator[dict[str, Any]], sum
         CANDIDATE: _load_sample,
         TORCH: _load_torch,
         TRAJECTORY: _load_session,
+        SANITIZER: _load_sanitizer,
     }
     with connection:
         for number, data in enumerate(records, start=1):
@@ -227,7 +234,7 @@ def _load_sample(connection: sqlite3.Connection, data: dict[str, Any], summary: 
     check = check or (error["kind"] if error else None)  # a hang or a crash: the worker's word for it
     ratio = (m or {}).get("ratio_ci") or (None, None)
     inserted = connection.execute(
-        f"INSERT OR IGNORE INTO samples VALUES (NULL, {', '.join('?' * 21)})",
+        f"INSERT OR IGNORE INTO samples VALUES (NULL, {', '.join('?' * 21)}, NULL)",  # sanitizer: later
         (
             data["key"], data["prompt_key"], c["source"], _hash(c["source"]), bool(data["verified"]),
             bool(data["verified"] and m and m["faster"]), data["status"], data.get("reason", ""), check,
@@ -249,6 +256,36 @@ def _load_torch(connection: sqlite3.Connection, data: dict[str, Any], summary: E
     )
 
 
+# A candidate checked more than once (another run, another process) keeps its gravest verdict: one finding
+# makes it incorrect whatever other runs saw (a race need not show every time).
+_VERDICT_RANK = {"rejected": 2, "passed": 1, "not_checked": 0}
+
+
+def _load_sanitizer(connection: sqlite3.Connection, data: dict[str, Any], summary: ExportSummary) -> None:
+    status = str(data["status"])
+    connection.execute(
+        """INSERT INTO sanitizer VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET
+            status = excluded.status, rank = excluded.rank, failed_check = excluded.failed_check,
+            summary = excluded.summary WHERE excluded.rank > sanitizer.rank""",
+        (data["key"], status, _VERDICT_RANK[status], data.get("check"), data.get("summary", "")),
+    )
+
+
+def _apply_sanitizer(connection: sqlite3.Connection) -> None:
+    """Each verdict onto its sample, once the whole log is read (a verdict may be read before its sample):
+    a rejected candidate is no longer verified, failed by the tool that found something."""
+    with connection:
+        connection.execute(
+            "UPDATE samples SET sanitizer = (SELECT status FROM sanitizer z WHERE z.key = samples.key)"
+        )
+        connection.execute(
+            """UPDATE samples SET verified = 0, faster = 0, status = 'rejected',
+                failed_check = (SELECT failed_check FROM sanitizer z WHERE z.key = samples.key),
+                reason = (SELECT summary FROM sanitizer z WHERE z.key = samples.key)
+            WHERE sanitizer = 'rejected'"""
+        )
+
+
 def _load_session(connection: sqlite3.Connection, data: dict[str, Any], summary: ExportSummary) -> None:
     connection.execute(
         "INSERT OR IGNORE INTO sessions VALUES (NULL, ?, ?, ?)",
@@ -267,13 +304,14 @@ def _load_suggestion(connection: sqlite3.Connection, data: dict[str, Any], summa
     baseline = record.measurement.baseline
     _add_prompt(connection, key, original, "", baseline.median_ms if baseline is not None else None)
     connection.execute(
-        "INSERT OR IGNORE INTO suggestions VALUES (NULL, ?, ?, ?, ?, 'undecided')",
+        "INSERT OR IGNORE INTO suggestions VALUES (NULL, ?, ?, ?, ?, 'undecided', NULL)",
         (record.suggestion_id, key, _hash(record.candidate.source), json.dumps(record.to_json())),
     )
     if record.event != "shown":  # only the first decision counts: later ones echo the same user action
         connection.execute(
-            "UPDATE suggestions SET decision = ? WHERE sid = ? AND decision = 'undecided'",
-            (record.event, record.suggestion_id),
+            "UPDATE suggestions SET decision = ?, decision_reason = ? "
+            "WHERE sid = ? AND decision = 'undecided'",
+            (record.event, record.reason, record.suggestion_id),
         )
 
 
@@ -293,6 +331,13 @@ def _count(connection: sqlite3.Connection, summary: ExportSummary) -> None:
     ).fetchall())  # fmt: skip
     summary.rewards = dict(connection.execute(
         f"SELECT {_REWARD}, COUNT(*) FROM samples s LEFT JOIN torch t USING (prompt_key) GROUP BY 1"
+    ).fetchall())  # fmt: skip
+    summary.sanitizer = dict(connection.execute(
+        "SELECT sanitizer, COUNT(*) FROM samples WHERE sanitizer IS NOT NULL GROUP BY 1 ORDER BY 2 DESC"
+    ).fetchall())  # fmt: skip
+    summary.rejections = dict(connection.execute(
+        "SELECT COALESCE(decision_reason, ''), COUNT(*) FROM suggestions WHERE decision = 'rejected' "
+        "GROUP BY 1 ORDER BY 2 DESC"
     ).fetchall())  # fmt: skip
 
 
@@ -368,7 +413,10 @@ _SAMPLE_ROWS = f"""
 SELECT s.*, p.prompt, p.kernel, p.gpu, t.eager_ms, t.compile_ms, {_REWARD} AS reward, pr.session, pr.turn,
     (SELECT g.decision FROM suggestions g WHERE g.prompt_key = s.prompt_key
         AND g.completion_hash = s.completion_hash AND g.decision != 'undecided' ORDER BY g.seq LIMIT 1)
-        AS decision
+        AS decision,
+    (SELECT g.decision_reason FROM suggestions g WHERE g.prompt_key = s.prompt_key
+        AND g.completion_hash = s.completion_hash AND g.decision != 'undecided' ORDER BY g.seq LIMIT 1)
+        AS decision_reason
 FROM samples s JOIN prompts p USING (prompt_key) LEFT JOIN torch t USING (prompt_key)
     LEFT JOIN proposals pr ON pr.key = s.key
 ORDER BY s.seq
@@ -406,7 +454,8 @@ def _rewards(connection: sqlite3.Connection, rows: _Rows, summary: ExportSummary
             "kernel": record.original.kernel, "gpu": record.original.gpu,
             "proposer": record.candidate.proposer, "model": record.candidate.model,
             "description": record.candidate.description, "timestamp": record.timestamp, "block": None,
-            "flags": json.dumps(list(record.candidate.flags)),
+            "flags": json.dumps(list(record.candidate.flags)), "sanitizer": None,
+            "decision_reason": g["decision_reason"],
         }  # fmt: skip
         transcript = _chat(list(record.candidate.transcript)) if record.candidate.transcript else None
         rows.add(_reward_row(sample, "suggestion", g["decision"], transcript))
@@ -438,8 +487,10 @@ def _reward_row(
         "description": s["description"],
         "block": json.loads(s["block"]) if s["block"] else None,
         "flags": json.loads(s["flags"]),
+        "sanitizer": s["sanitizer"],  # compute-sanitizer's verdict where the gate checked it, else None
         "source": source,
         "decision": decision,
+        "decision_reason": s["decision_reason"],  # a user's reason for rejecting it
         "sample_key": s["key"],
         "prompt_key": s["prompt_key"],
         "timestamp": s["timestamp"],
@@ -538,14 +589,14 @@ def _user_pairs(
     """The editor's suggestions on this prompt: the users' decisions, else (only shown) the verified faster
     rewrites over the original."""
     found = connection.execute(
-        "SELECT record, decision FROM suggestions WHERE prompt_key = ? ORDER BY seq", (key,)
+        "SELECT record, decision, decision_reason FROM suggestions WHERE prompt_key = ? ORDER BY seq", (key,)
     )
     accepted, rejected, shown = [], [], []
-    for record_json, decision in found:
+    for record_json, decision, reason in found:
         record = FeedbackRecord.from_json(json.loads(record_json))
         side = {"key": record.suggestion_id, "completion": record.candidate.source, "status": "verified",
                 "speedup": record.measurement.speedup, "proposer": record.candidate.proposer, "reward": None,
-                "decision": decision}  # fmt: skip
+                "decision": decision, "decision_reason": reason}  # fmt: skip
         {"accepted": accepted, "rejected": rejected}.get(decision, shown).append((side, record))
     if accepted and rejected:
         yield from ((a, r, "user") for a, _ in accepted for r, _ in rejected)
@@ -570,6 +621,8 @@ def _pair(
         "prompt_key": common["prompt_key"],
         **{f"{name}_{what}": side[what] for name, side in (("chosen", chosen), ("rejected", rejected))
            for what in ("key", "status", "speedup", "reward", "proposer", "decision")},
+        # Why the user rejected the rejected side (one of REJECT_REASONS); None where not said or not theirs.
+        "rejected_reason": rejected.get("decision_reason"),
     }  # fmt: skip
 
 
@@ -653,7 +706,8 @@ def _preferences_schema() -> Any:
                            ("reward", pa.int64()), ("proposer", pa.string()), ("decision", pa.string()))
     ]  # fmt: skip
     text = ("prompt", "chosen", "rejected", "source", "kernel", "gpu", "prompt_key")
-    return pa.schema([pa.field(name, pa.string()) for name in text] + sides)
+    reason = [pa.field("rejected_reason", pa.string())]
+    return pa.schema([pa.field(name, pa.string()) for name in text] + sides + reason)
 
 
 def _rewards_schema() -> Any:
@@ -665,8 +719,8 @@ def _rewards_schema() -> Any:
         ("speedup_vs_compile", f), ("verified", pa.bool_()), ("status", s), ("failed_check", s),
         ("reason", s), ("candidate_ms", f), ("original_ms", f), ("torch_eager_ms", f),
         ("torch_compile_ms", f), ("kernel", s), ("gpu", s), ("proposer", s), ("model", s),
-        ("description", s), ("block", pa.list_(pa.int64())), ("flags", pa.list_(s)), ("source", s),
-        ("decision", s), ("sample_key", s), ("prompt_key", s),
+        ("description", s), ("block", pa.list_(pa.int64())), ("flags", pa.list_(s)), ("sanitizer", s),
+        ("source", s), ("decision", s), ("decision_reason", s), ("sample_key", s), ("prompt_key", s),
         ("timestamp", s), ("transcript", s),
     ])  # fmt: skip
 
@@ -729,11 +783,14 @@ _FILES = {
   timed-output checks) or that was measured slower (the 95% intervals of their time against the original
   do not overlap), and a verified faster candidate over the original file (at most {cap} candidate pairs
   a prompt, sampled the same way every export); `user`: an editor user's decision (an accepted rewrite
-  over a rejected one, else over the original; the original over a rejected one); `shown`: a rewrite
-  shown in the editor and not decided, over the original.""",
+  over a rejected one, else over the original; the original over a rejected one), with the user's
+  one-click reason for a reject in `rejected_reason` ({reasons}; null where none was given); `shown`: a
+  rewrite shown in the editor and not decided, over the original.""",
     "rewards": """`prompt`, `completion`, `reward` for GRPO-style training: one row per distinct
-  candidate, with the raw speedups, the failed check and the timings beside the reward; an LLM's candidate
-  carries its session's chat messages up to the turn that proposed it (`transcript`, JSON text).""",
+  candidate, with the raw speedups, the failed check and the timings beside the reward; compute-sanitizer's
+  verdict where the candidate was checked (`sanitizer`); a user's decision and reject reason where it was
+  shown in the editor (`decision`, `decision_reason`); an LLM's candidate carries its session's chat
+  messages up to the turn that proposed it (`transcript`, JSON text).""",
     "verl": """verl's RL layout (`data_source`, `prompt`, `ability`, `reward_model`, `extra_info`): one
   row per prompt; `reward_model.ground_truth` (JSON) holds the reference times the milestone reward
   needs.""",
@@ -760,11 +817,12 @@ whole rewritten file.
 ## Rewards
 
 CUDA Agent's milestone reward (arXiv 2602.24286): −1 incorrect (did not compile, failed a check, hung or
-crashed), +1 correct, +2 more than 5% faster than eager PyTorch, +3 more than 5% faster than both eager
-PyTorch and torch.compile (`time_eager / time_candidate > {milestone}`). PyTorch's times are the spec's
-PyTorch oracle's at the benchmark size on the same GPU; where none was timed (a spec without one), a
-correct candidate is +1, and its speedup over the original kernel stands beside it (`speedup`: both timed
-interleaved on the same inputs, L2 flushed between runs).
+crashed, or compute-sanitizer's memcheck, racecheck, initcheck or synccheck found something in it: that
+tool is its `failed_check`), +1 correct, +2 more than 5% faster than eager PyTorch, +3 more than 5% faster
+than both eager PyTorch and torch.compile (`time_eager / time_candidate > {milestone}`). PyTorch's times
+are the spec's PyTorch oracle's at the benchmark size on the same GPU; where none was timed (a spec without
+one), a correct candidate is +1, and its speedup over the original kernel stands beside it (`speedup`: both
+timed interleaved on the same inputs, L2 flushed between runs).
 
 | reward | samples |
 | ---: | ---: |
@@ -775,7 +833,9 @@ interleaved on the same inputs, L2 flushed between runs).
 - samples (distinct candidates): {samples:,} ({duplicates:,} repeated records counted once)
 - prompts: {prompts:,} ({torch_timed:,} with PyTorch times)
 - preference pairs: {pairs}
-- editor suggestions: {suggestions:,}; LLM sessions: {trajectories:,}
+- editor suggestions: {suggestions:,}; rejected by users: {rejections}
+- checked by compute-sanitizer: {sanitizer}
+- LLM sessions: {trajectories:,}
 - proposers: {proposers}
 
 ## GPUs
@@ -793,7 +853,8 @@ def dataset_card(summary: ExportSummary, formats: Sequence[str], cap: int = MAX_
             names = ", ".join(f"`{n}`" for n in written if n.split(".")[0] == name)
             rows = summary.rows.get(name, 0)
             counted = f"{rows:,} row{'' if rows == 1 else 's'}"
-            files.append(f"- {names} ({counted}): " + _FILES[name].format(cap=cap))
+            reasons = ", ".join(f'"{r}"' for r in REJECT_REASONS)
+            files.append(f"- {names} ({counted}): " + _FILES[name].format(cap=cap, reasons=reasons))
     pairs = f"{sum(summary.pairs.values()):,}"
     if summary.pairs:
         pairs += " (" + ", ".join(f"{k} {v:,}" for k, v in sorted(summary.pairs.items())) + ")"
@@ -808,6 +869,8 @@ def dataset_card(summary: ExportSummary, formats: Sequence[str], cap: int = MAX_
         torch_timed=summary.torch_timed,
         pairs=pairs,
         suggestions=summary.suggestions,
+        rejections=_rejections(summary.rejections),
+        sanitizer=", ".join(f"{k} {v:,}" for k, v in summary.sanitizer.items()) or "none",
         trajectories=summary.trajectories,
         proposers=", ".join(f"{k} {v:,}" for k, v in summary.proposers.items()) or "none",
         gpus="\n".join(f"- {gpu}: {n:,} samples" for gpu, n in summary.gpus.items()) or "none",
@@ -817,3 +880,12 @@ def dataset_card(summary: ExportSummary, formats: Sequence[str], cap: int = MAX_
     if summary.notes:
         card += "\n## Notes\n\n" + "".join(f"- {note}\n" for note in summary.notes[:20])
     return card
+
+
+def _rejections(by_reason: dict[str, int]) -> str:
+    """Users' rejects for the card: `3 (slower on my real sizes 2, no reason given 1)`."""
+    total = sum(by_reason.values())
+    if not total:
+        return "0"
+    parts = ", ".join(f"{reason or 'no reason given'} {n:,}" for reason, n in by_reason.items())
+    return f"{total:,} ({parts})"

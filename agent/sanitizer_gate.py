@@ -54,7 +54,10 @@ class SanitizerGate:
             if len(self.rejected()) >= self.max_rejections:
                 self.gave_up = True
                 return None
-            self.verdicts[best.candidate.id] = self.engine.sanitize(self.baseline, best, self.settings)
+            verdict = self.engine.sanitize(self.baseline, best, self.settings)
+            self.verdicts[best.candidate.id] = verdict
+            # Beside the candidate's sample in the feedback log: a rejected one is incorrect there too.
+            self.engine.recorder.sanitizer(self.baseline, best, verdict, self.engine.gpu)
             annotated = self.annotate(annotated)
 
     def rejected(self) -> list[SanitizerReport]:

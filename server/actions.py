@@ -1,7 +1,9 @@
 """Code actions on the kernels under the range: "Add benchmark spec" (a quick fix writing the inferred
 spec above the kernel), "Optimize kernel" (starts its job; "Cancel optimization" while it runs), and for a
 verified rewrite of exactly this text "Apply verified rewrite" (`refactor.rewrite`, the edit built on
-resolve from the rewrite id in `data`, as ruff-lsp does) and "Reject suggestion".
+resolve from the rewrite id in `data`, as ruff-lsp does) and "Reject suggestion", beside it one Reject per
+reason the user may give in one click ("Reject suggestion: unreadable", …), except for our VS Code
+extension, which asks for the reason after its Reject.
 
 They are everything the code lens offers, for clients without lenses (Emacs's eglot, Vim's ALE), and they
 take the form the client can use (capabilities.py): the edit inside the action where the client cannot
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cuda_agent.agent.feedback import REJECT_REASONS
 from cuda_agent.agent.spec import render_spec
 from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.server.capabilities import ClientSupport
@@ -126,19 +129,16 @@ def rewrite_offers(
         edit=None if lazy else rewrite_edit(document, result, support.document_changes),
         data=result.rewrite_id if lazy else None,
     )
-    reject = types.Command(title=REJECT_TITLE, command=REJECT_COMMAND, arguments=[result.uri, result.kernel])
-    return [
-        Offer(apply, _via(support, title, APPLY_COMMAND, [result.uri, result.kernel])),
-        Offer(
-            types.CodeAction(
-                title=REJECT_TITLE,
-                kind=types.CodeActionKind.RefactorRewrite,
-                diagnostics=announced,
-                command=reject,
-            ),
-            reject,
-        ),
-    ]
+    rejects = [(REJECT_TITLE, [result.uri, result.kernel])]
+    if not support.asks_reject_reason:
+        rejects += [(f"{REJECT_TITLE}: {r}", [result.uri, result.kernel, r]) for r in REJECT_REASONS]
+    offers = [Offer(apply, _via(support, title, APPLY_COMMAND, [result.uri, result.kernel]))]
+    for reject_title, arguments in rejects:
+        reject = types.Command(title=reject_title, command=REJECT_COMMAND, arguments=arguments)
+        kind = types.CodeActionKind.RefactorRewrite
+        action = types.CodeAction(title=reject_title, kind=kind, diagnostics=announced, command=reject)
+        offers.append(Offer(action, reject))
+    return offers
 
 
 def resolve_code_action(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
+from cuda_agent.agent.feedback import REJECT_REASONS
 from cuda_agent.agent.llm.settings import describe, disabled_reason
 from cuda_agent.agent.llm.transcript import render_markdown
 from cuda_agent.server import actions, diagnostics, hover, lenses
@@ -145,7 +146,7 @@ class CudaAgentServer(LanguageServer):
         self.token = token  # None: no token asked (loopback only; the CLI enforces that)
         self.session_mode = session_mode  # one of many sessions of a TCP server
         self.documents = Documents()
-        self.feedback = SuggestionFeedback()
+        self.feedback = SuggestionFeedback(backend.candidates)
         self.jobs = OptimizationJobs(self)
         self.settings = ServerSettings(gpu_index=backend.gpu_index)
         self.workspace_path: Path | None = None  # where the feedback log goes
@@ -265,6 +266,7 @@ class CudaAgentServer(LanguageServer):
             task.cancel()
         self.documents.close_all()
         self.jobs.cancel_all()
+        self.feedback.close()
 
     def publish(self, document: Document) -> None:
         """Publish the document's diagnostics if its analysis describes the text as it is now, and they are
@@ -463,21 +465,31 @@ def create_server(
         answer = await _apply_edit(ls, edit, label)
         if answer is None:
             return {"applied": False, "reason": NO_APPLY_EDIT, "edit": edit}
-        if answer.applied:
-            ls.feedback.decided(result.uri, result.kernel, "accepted")
-        elif answer.failure_reason:  # declined without a reason: the user's own choice, in the client
+        # Applied is not accepted: VS Code's refactor preview applies what the user left ticked, which may be
+        # part of the edit. The feedback log counts it accepted when the document's text becomes the rewrite.
+        # Declined without a reason: the user's own choice, in the client.
+        if not answer.applied and answer.failure_reason:
             ls.tell(f"The rewrite of {result.kernel} was not applied: {answer.failure_reason}", ERROR)
         return {"applied": answer.applied, "reason": answer.failure_reason or ""}
 
     @server.command(lenses.REJECT_COMMAND)
     @guarded(lambda: None)
     async def reject_rewrite(ls: CudaAgentServer, *arguments: Any) -> dict[str, Any] | None:
+        """Arguments [uri, kernel] or [uri, kernel, reason]: the reason one of REJECT_REASONS."""
+        reason = arguments[2] if len(arguments) > 2 and arguments[2] not in (None, "") else None  # skipped
+        if reason is not None and reason not in REJECT_REASONS:
+            known = ", ".join(f'"{r}"' for r in REJECT_REASONS)
+            message = f"Not rejected: the reason {reason!r} is none of {known}"
+            return _refused(ls, {"rejected": False}, message)
         result = _command_result(ls, arguments)
         document = ls.documents.get(result.uri) if result is not None else None
-        if result is None or document is None or not ls.jobs.reject(document, result.kernel):
+        if result is None or document is None:
             ls.tell("No suggestion to reject here")
             return {"rejected": False}
-        ls.tell(f"Rejected the suggested rewrite of {result.kernel}")
+        # Recorded with its reason first: the reject below then finds the suggestion decided.
+        ls.feedback.decided(result.uri, result.kernel, "rejected", reason)
+        ls.jobs.reject(document, result.kernel)
+        ls.tell(f"Rejected the suggested rewrite of {result.kernel}" + (f" ({reason})" if reason else ""))
         return {"rejected": True}
 
     @server.command(lenses.CANCEL_COMMAND)

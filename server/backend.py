@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from cuda_agent.agent.cache import ResultCache, result_key
+from cuda_agent.agent.candidate_log import CandidateLog
 from cuda_agent.agent.candidates import OF_THE_REWRITE
 from cuda_agent.agent.engine import Engine, EngineSettings, Progress
 from cuda_agent.agent.executors import PoolSettings
@@ -130,6 +131,9 @@ class Backend:
         self._settings = settings or EngineSettings()
         self._pool = pool or PoolSettings()
         self._engine: Engine | None = None  # created on the engine thread, on first use
+        # This Backend's own candidate log, not the process's: each session served routes its workspace's
+        # samples to that workspace's log (server/feedback.py), and another Backend never sees them.
+        self.candidates = CandidateLog()
         self._thread = _big_stack_threads(1, "cuda-agent-engine")
         self._searches: ThreadPoolExecutor | None = None  # made at the first search: sized by the pool
         self._running: set[asyncio.Future[Any]] = set()
@@ -153,7 +157,7 @@ class Backend:
 
     def _get_engine(self) -> Engine:
         if self._engine is None:
-            self._engine = Engine(self._settings, pool=self._pool)
+            self._engine = Engine(self._settings, pool=self._pool, recorder=self.candidates)
         return self._engine
 
     # -- the GPU ---------------------------------------------------------------------------------------

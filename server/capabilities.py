@@ -26,6 +26,9 @@ class ClientSupport:
     code_action_preferred: bool  # CodeAction.isPreferred
     code_action_disabled: bool  # CodeAction.disabled
     hover_markdown: bool  # the client renders Markdown hovers (its first choice among the two)
+    # Our VS Code extension asks the user why after a Reject (`experimental.cudaAgent.rejectReasons`); other
+    # clients get a Reject code action per reason.
+    asks_reject_reason: bool = False
 
     @classmethod
     def of(cls, capabilities: types.ClientCapabilities) -> ClientSupport:
@@ -50,7 +53,14 @@ class ClientSupport:
             code_action_preferred=bool(action and action.is_preferred_support),
             code_action_disabled=bool(action and action.disabled_support),
             hover_markdown=_prefers_markdown(hover.content_format if hover else None),
+            asks_reject_reason=_experimental(capabilities, "rejectReasons"),
         )
+
+
+def _experimental(capabilities: types.ClientCapabilities, name: str) -> bool:
+    """A flag our own client declares under `experimental.cudaAgent` (LSP's place for non-standard ones)."""
+    ours = capabilities.experimental.get("cudaAgent") if isinstance(capabilities.experimental, dict) else None
+    return isinstance(ours, dict) and ours.get(name) is True
 
 
 def _prefers_markdown(formats: list[types.MarkupKind] | None) -> bool:

@@ -4,8 +4,12 @@ decision about it (accepted, rejected, or superseded by the user's own edit), in
 A suggestion counts as accepted when the document's text becomes the verified rewrite, whichever way it
 got there (the code action, the lens, a paste): resolving the code action is not enough, since editors
 also resolve to preview. Any other edit of the text supersedes it, and so does a better rewrite that the
-same search found while the first was shown. Only the first decision about a suggestion counts. Logging
-never fails a request: errors are logged.
+same search found while the first was shown. Only the first decision about a suggestion counts; a reject
+may carry the user's one-click reason (agent/feedback.REJECT_REASONS). Logging never fails a request: errors
+are logged.
+
+The engine's samples of every candidate it evaluates go to the same workspace log: each session routes its
+workspace's files to its own log in its Backend's candidate log (agent/candidate_log.CandidateLog.route).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.agent.candidate_log import CandidateLog, process_log
+from cuda_agent.agent.candidate_log import CandidateLog
 from cuda_agent.agent.feedback import (
     CandidateInfo,
     Event,
@@ -37,15 +41,18 @@ from cuda_agent.agent.spec import render_spec
 from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.server.rewrites import MeasuredTime, OptimizeResult
 
+from cuda_agent.line_endings import in_line_endings_of
+
 logger = logging.getLogger(__name__)
 
 
 class SuggestionFeedback:
-    def __init__(self, candidates: CandidateLog | None = None) -> None:
+    def __init__(self, candidates: CandidateLog) -> None:
         self.log_path: Path | None = None  # None: logging off
-        # The engine's samples of every candidate it evaluates go to the same log: the server's engine
-        # takes the process's log (agent/candidate_log.py), pointed here where the suggestions' log is.
-        self.candidates = candidates if candidates is not None else process_log()
+        # The candidate log of the Backend this session's searches run on, shared with its other sessions:
+        # this session routes its workspace's samples to its own log there.
+        self.candidates = candidates
+        self._session = uuid.uuid4().hex
         self._shown: dict[
             tuple[str, str], tuple[int, FeedbackRecord]
         ] = {}  # (uri, kernel) → (version, record)
@@ -62,7 +69,11 @@ class SuggestionFeedback:
                 self.log_path = default_log_path(workspace)
             except Exception:  # platformdirs missing or no home: no log rather than no server
                 logger.exception("no feedback log")
-        self.candidates.use(self.log_path)
+        self.candidates.route(self._session, workspace, self.log_path)
+
+    def close(self) -> None:
+        """The session ended: the Backend's other sessions go on, their samples not routed here."""
+        self.candidates.unroute(self._session)
 
     def shown(self, file_text: str, target: KernelTarget, result: OptimizeResult) -> None:
         if result.rewrite is None or self.log_path is None:
@@ -85,10 +96,11 @@ class SuggestionFeedback:
         self._shown[(result.uri, result.kernel)] = (result.version, record)
         self._append(record)
 
-    def decided(self, uri: str, kernel: str, event: Event) -> None:
+    def decided(self, uri: str, kernel: str, event: Event, reason: str | None = None) -> None:
+        """The first decision about the kernel's suggestion; `reason`: a reject's, from REJECT_REASONS."""
         shown = self._shown.pop((uri, kernel), None)
         if shown is not None:
-            self._append(replace(shown[1], event=event, timestamp=now()))
+            self._append(replace(shown[1], event=event, timestamp=now(), reason=reason))
 
     def torch_timed(self, uri: str, kernel: str, torch_compile_ms: float | None) -> None:
         """torch.compile's time, measured after the suggestion was shown: its decision record carries it."""
@@ -103,7 +115,8 @@ class SuggestionFeedback:
         text is now that rewrite, superseded by the user's own edit otherwise."""
         for (shown_uri, kernel), (shown_version, record) in list(self._shown.items()):
             if shown_uri == uri and shown_version != version:
-                applied = record.candidate.source == text
+                # As the edit wrote it: a rewrite's new lines take a CRLF file's line ends (actions.py).
+                applied = in_line_endings_of(text, record.candidate.source) == text
                 self.decided(uri, kernel, "accepted" if applied else "superseded")
 
     def _append(self, record: FeedbackRecord) -> None:

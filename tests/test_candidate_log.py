@@ -1,6 +1,7 @@
 """Every candidate evaluated is a sample in the feedback log, from every entry point: the CLI's optimize,
 compare and bench, repository mode (the language server's: tests/test_feedback_server.py), each real search
-run against the recorded GPU worker; a candidate counts once; CUDA_AGENT_FEEDBACK=0 turns it off."""
+run against the recorded GPU worker; a candidate counts once; CUDA_AGENT_FEEDBACK=0 turns it off; the
+compute-sanitizer gate's verdicts reach the samples (a rejected candidate is incorrect in the export)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from cuda_agent.agent.candidate_log import MAX_FILE_BYTES, CandidateLog
 from cuda_agent.agent.feedback import FeedbackLog
 from cuda_agent.agent.feedback_export import export
 from cuda_agent.agent.optimize import optimize
+from cuda_agent.agent.sanitizer_gate import MAX_REJECTIONS
 from cuda_agent.agent.targets import load_targets
 from cuda_agent.sandbox.protocol import TorchTimingResult
 from cuda_agent.sandbox.reports import TimingReport
+from cuda_agent.sandbox.sanitizer import SANITIZER_ENV
 
 from tests.llm_engine import MISMATCH, recorded_engine, recording_with_rejection
 from tests.repository_support import EXPECTED, cli, make_repository
+from tests.test_cli_sanitizer import RACE, SAXPY_LINE
+from tests.test_sanitizer import fake_sanitizer
 
 ROOT = Path(__file__).resolve().parents[1]
 ELEMENTWISE = ROOT / "examples" / "elementwise.cu"
@@ -207,3 +212,83 @@ def test_a_file_too_long_to_be_a_prompt_is_searched_but_not_logged(tmp_path: Pat
     with recorded_engine(RECORDING, recorder=CandidateLog(log)) as engine:
         outcome = optimize(engine, target, ("launch-config",), budget_s=30)
     assert outcome.best is not None and not log.exists()
+
+
+def sanitized_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reports: dict[str, str]) -> Path:
+    """A search whose faster candidates go through the compute-sanitizer gate, the tool a stand-in answering
+    `reports` ({tool: report}; none: clean); the log it wrote."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv(SANITIZER_ENV, str(fake_sanitizer(tmp_path)))
+    monkeypatch.setenv("FAKE_SANITIZER_LOG", str(tmp_path / "sanitizer-calls.jsonl"))
+    monkeypatch.setenv("FAKE_SANITIZER_REPORTS", json.dumps(reports))
+    target = load_targets(ELEMENTWISE).find("saxpy")
+    assert target is not None
+    log = tmp_path / "feedback.jsonl"
+    with recorded_engine(RECORDING, recorder=CandidateLog(log)) as engine:
+        optimize(engine, target, budget_s=30, sanitize=True)
+    return log
+
+
+def rows_of(out: Path, name: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
+
+
+def test_a_candidate_compute_sanitizer_rejected_is_incorrect_in_the_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = sanitized_search(tmp_path, monkeypatch, {"racecheck": RACE})
+    verdicts = [r for r in FeedbackLog(log).records() if r.get("kind") == "sanitizer"]
+    # The gate checked the faster candidates, best first, up to its limit: each rejection is logged.
+    assert len(verdicts) == MAX_REJECTIONS
+    assert {(v["status"], v["check"]) for v in verdicts} == {("rejected", "racecheck")}
+    by_key = {s["key"]: s for s in samples(log)}
+    assert all(by_key[v["key"]]["status"] == "faster" for v in verdicts)  # as the search timed them
+    assert all(v["findings"][0]["line"] == SAXPY_LINE for v in verdicts)
+
+    summary = export(log, tmp_path / "out")
+    rows = {r["sample_key"]: r for r in rows_of(tmp_path / "out", "rewards")}
+    for verdict in verdicts:
+        row = rows[verdict["key"]]
+        assert (row["reward"], row["verified"], row["status"]) == (-1, False, "rejected")
+        assert (row["failed_check"], row["sanitizer"]) == ("racecheck", "rejected")
+        assert row["reason"].startswith("rejected by compute-sanitizer racecheck: Error: Race")
+    unchecked = [r for key, r in rows.items() if key not in {v["key"] for v in verdicts}]
+    assert unchecked and all(r["sanitizer"] is None for r in unchecked)
+    # Never the chosen side of a pair: incorrect, it is only ever the rejected one.
+    rejected_sources = {rows[v["key"]]["completion"] for v in verdicts}
+    pairs = rows_of(tmp_path / "out", "preferences")
+    assert not any(p["chosen"] in rejected_sources for p in pairs)
+    assert any(p["rejected"] in rejected_sources and p["rejected_status"] == "rejected" for p in pairs)
+    assert summary.sanitizer == {"rejected": MAX_REJECTIONS}
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert f"checked by compute-sanitizer: rejected {MAX_REJECTIONS}" in card
+    assert "compute-sanitizer's memcheck, racecheck, initcheck or synccheck found something" in card
+
+
+def test_a_candidate_compute_sanitizer_passed_says_so_in_the_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = sanitized_search(tmp_path, monkeypatch, {})
+    (verdict,) = [r for r in FeedbackLog(log).records() if r.get("kind") == "sanitizer"]
+    assert verdict["status"] == "passed" and verdict["check"] is None
+    assert {run["tool"] for run in verdict["runs"]} == {"memcheck", "racecheck", "synccheck", "initcheck"}
+    export(log, tmp_path / "out", formats=("rewards",))
+    (row,) = [r for r in rows_of(tmp_path / "out", "rewards") if r["sample_key"] == verdict["key"]]
+    assert (row["sanitizer"], row["verified"], row["status"], row["reward"]) == ("passed", True, "faster", 1)
+    assert row["candidate_ms"] == 0.0653  # the fastest: block 256
+
+
+def test_of_two_verdicts_on_one_candidate_a_rejection_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A race need not show every run: one run that found it makes the candidate incorrect, whichever came
+    first in the log."""
+    clean = sanitized_search(tmp_path / "clean", monkeypatch, {})
+    racy = sanitized_search(tmp_path / "racy", monkeypatch, {"racecheck": RACE})
+    log = FeedbackLog(tmp_path / "both.jsonl")
+    for record in [*FeedbackLog(racy).records(), *FeedbackLog(clean).records()]:
+        log.append(record)
+    (passed,) = [r for r in FeedbackLog(clean).records() if r.get("kind") == "sanitizer"]
+    export(log.path, tmp_path / "out", formats=("rewards",))
+    (row,) = [r for r in rows_of(tmp_path / "out", "rewards") if r["sample_key"] == passed["key"]]
+    assert (row["sanitizer"], row["reward"], row["failed_check"]) == ("rejected", -1, "racecheck")

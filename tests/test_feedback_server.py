@@ -1,13 +1,17 @@
 """Feedback records from the real server over stdio with the recorded GPU worker: shown, then accepted,
-rejected or superseded, in the workspace's `.cuda-agent/feedback.jsonl`."""
+rejected or superseded, in the workspace's `.cuda-agent/feedback.jsonl`, with the candidates' samples and
+compute-sanitizer's verdicts on them."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 import pytest_lsp
 from cuda_agent.agent.feedback import FeedbackLog, read_records
+from cuda_agent.agent.feedback_export import export
+from cuda_agent.sandbox.sanitizer import SANITIZER_ENV
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
@@ -20,6 +24,8 @@ from tests.server_support import (
     replace_text,
     wait_until,
 )
+from tests.test_cli_sanitizer import RACE
+from tests.test_sanitizer import fake_sanitizer
 from tests.test_server_jobs import (
     ELEMENTWISE,
     JOB_TIMEOUT_S,
@@ -152,3 +158,52 @@ async def test_every_candidate_the_servers_search_evaluates_is_a_sample_in_the_w
     assert {s["gpu"]["name"] for s in everything} == {"NVIDIA H200"}
     assert len({s["key"] for s in everything}) == len(everything)
     assert len(everything) > 3 and records_after(0)  # the suggestion records beside them still read
+
+
+SANITIZED = Path(tempfile.mkdtemp(prefix="cuda-agent-feedback-sanitized-"))
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(
+        server_command=SERVE,
+        server_env={
+            **SERVER_ENV,
+            "CUDA_AGENT_RECORDED_WORKER": str(RECORDING),
+            "CUDA_AGENT_CACHE_DIR": tempfile.mkdtemp(prefix="cuda-agent-feedback-sanitized-cache-"),
+            SANITIZER_ENV: str(fake_sanitizer(SANITIZED)),
+            "FAKE_SANITIZER_LOG": str(SANITIZED / "sanitizer-calls.jsonl"),
+            "FAKE_SANITIZER_REPORTS": json.dumps({"racecheck": RACE}),
+        },
+        client_factory=make_client,
+    )
+)
+async def racy(lsp_client: LanguageClient):
+    """The server with a compute-sanitizer (a stand-in) that finds a race in every rewrite."""
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"), root_uri=SANITIZED.as_uri()
+        )
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_the_servers_sanitizer_verdicts_are_in_the_workspace_log_beside_their_samples(
+    racy: LanguageClient, tmp_path: Path
+):
+    await open_and_optimize(racy, SANITIZED, "racy.cu")
+    results = racy.results  # type: ignore[attr-defined]
+    await wait_until(lambda: any(not r.searching for r in results), JOB_TIMEOUT_S, "the final result")
+    log = SANITIZED / ".cuda-agent" / "feedback.jsonl"
+    records = list(FeedbackLog(log).records())
+    verdicts = [r for r in records if r.get("kind") == "sanitizer"]
+    assert verdicts and {(v["status"], v["check"]) for v in verdicts} == {("rejected", "racecheck")}
+    keys = {r["key"] for r in records if r.get("kind") == "candidate"}
+    assert {v["key"] for v in verdicts} <= keys
+    assert read_records(log) == []  # nothing was shown: no suggestion to decide
+    export(log, tmp_path / "out", formats=("rewards",))
+    rows = [json.loads(line) for line in (tmp_path / "out" / "rewards.jsonl").read_text().splitlines()]
+    rejected = [r for r in rows if r["sanitizer"] == "rejected"]
+    assert len(rejected) == len(verdicts) and {(r["reward"], r["failed_check"]) for r in rejected} == {
+        (-1, "racecheck")
+    }

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_lsp
+from cuda_agent.agent.feedback import REJECT_REASONS
 from cuda_agent.server.app import REQUEST_TIMEOUT_S
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
@@ -229,7 +230,11 @@ async def test_a_client_declaring_nothing_gets_a_working_session(bare: LanguageC
 
     # Then: Reject, as a command (Apply needs an edit this client cannot be sent).
     commands = await client.text_document_code_action_async(at(uri, saxpy_name()))
-    assert [c.title for c in commands or []] == ["Reject suggestion", "Optimize kernel: saxpy"]
+    assert [c.title for c in commands or []] == [
+        "Reject suggestion",
+        *(f"Reject suggestion: {reason}" for reason in REJECT_REASONS),  # one click with a reason
+        "Optimize kernel: saxpy",
+    ]
     assert await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command=commands[0].command, arguments=commands[0].arguments)
     ) == {"rejected": True}

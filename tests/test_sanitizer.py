@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cuda_agent.agent.candidate_log import CandidateLog
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.sanitizer_gate import SanitizerGate
 from cuda_agent.sandbox.plan import ArgumentPlan, CompiledKernel, Distribution, LaunchPlan, Problem, Tolerance
@@ -515,7 +516,11 @@ def faster(description: str, speedup: float) -> CandidateResult:
 
 
 class StubEngine:
-    """Engine.sanitize only: a verdict per candidate description, each call logged."""
+    """Engine.sanitize only: a verdict per candidate description, each call logged (no GPU: the verdicts
+    are logged nowhere)."""
+
+    gpu = None
+    recorder = CandidateLog()
 
     def __init__(self, verdicts: dict[str, SanitizerReport]) -> None:
         self.verdicts = verdicts

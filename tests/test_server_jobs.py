@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_lsp
+from cuda_agent.agent.feedback import REJECT_REASONS
 from cuda_agent.agent.targets import load_targets
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
@@ -203,7 +204,11 @@ async def test_optimize_shows_a_verified_rewrite_that_applies(client: LanguageCl
 
     # Apply carries no edit until resolved; resolving gives an annotated whole-file edit.
     actions = await rewrite_actions(client, uri, [rewrite])
-    assert [a.title for a in actions] == ["Apply verified rewrite: 1.27× faster", "Reject suggestion"]
+    assert [a.title for a in actions] == [
+        "Apply verified rewrite: 1.27× faster",
+        "Reject suggestion",
+        *(f"Reject suggestion: {reason}" for reason in REJECT_REASONS),  # one click with a reason
+    ]
     apply = actions[0]
     assert isinstance(apply, types.CodeAction)
     assert apply.edit is None and apply.data == rewrite.data and list(apply.diagnostics or []) == [rewrite]

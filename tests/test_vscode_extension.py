@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cuda_agent.agent.feedback import REJECT_REASONS
 
 ROOT = Path(__file__).parent.parent
 CLIENT = ROOT / "vscode-client"
@@ -59,6 +61,14 @@ def sources_newer_than(target: Path) -> bool:
 
 def tail(run: subprocess.CompletedProcess[str], chars: int = 8000) -> str:
     return f"exit {run.returncode}\n--- stdout\n{run.stdout[-chars:]}\n--- stderr\n{run.stderr[-chars:]}"
+
+
+def test_the_extension_offers_the_reject_reasons_the_server_records() -> None:
+    """The quick pick after Reject offers src/protocol.ts's list; the server refuses any other reason."""
+    protocol = (CLIENT / "src" / "protocol.ts").read_text()
+    found = re.search(r"export const REJECT_REASONS = \[(.*?)\] as const;", protocol, re.S)
+    assert found is not None
+    assert tuple(re.findall(r"'([^']*)'", found.group(1))) == REJECT_REASONS
 
 
 def test_extension_unit_tests() -> None:
@@ -109,6 +119,15 @@ def test_extension_end_to_end_in_code_server(capsys: pytest.CaptureFixture[str])
     )
     assert "1.27× faster" in result["diff_title"] and "assumes" in result["diff_title"]
     assert result["candidates_listed"] == 13
+    # Reject asked why (every reason, and a way to skip); the workspace's feedback log kept the one picked,
+    # and counted the rewrite accepted once the refactor preview had made the text the rewrite.
+    assert result["reject_reasons_offered"] == [*REJECT_REASONS, "No reason: just reject"]
+    decisions = result["feedback_decisions"]
+    assert [d for d in decisions if d["event"] == "rejected"] == [
+        {"event": "rejected", "reason": "changes numerics I care about"}
+    ]
+    assert decisions[-1] == {"event": "accepted", "reason": None}
+    assert [d["event"] for d in decisions].count("accepted") == 1
     # A Python without the server got the explanation of what to do (then the server came back).
     assert "the server is not installed" in result["not_installed_message"]
     assert "-m pip install cuda-agent" in result["not_installed_message"]

@@ -5,7 +5,14 @@ import * as vscode from 'vscode';
 import type { CandidatesView } from './candidatesView';
 import type { JobTracker } from './jobs';
 import { kernelAtLine, kernelsFromLenses } from './kernels';
-import { type OptimizeAnswer, type OptimizeResult, ServerCommands, type TranscriptAnswer } from './protocol';
+import {
+  type OptimizeAnswer,
+  type OptimizeResult,
+  type RejectReason,
+  ServerCommands,
+  type TranscriptAnswer,
+} from './protocol';
+import { reasonChoices, reasonFromArguments, rejectArguments } from './rejectReason';
 import { isCurrent, type ResultStore } from './results';
 import type { RewritePreview } from './rewritePreview';
 import { llmKeySecret, type ServerConnection } from './server';
@@ -81,10 +88,12 @@ export function registerCommands(c: CommandContext): vscode.Disposable[] {
       if (result === undefined) {
         return;
       }
-      const answer = await c.server.executeCommand<{ rejected: boolean }>(ServerCommands.rejectRewrite, [
-        result.uri,
-        result.kernel,
-      ]);
+      // Why, in one click and optional: the feedback log keeps it with the reject, as training data.
+      const reason = reasonFromArguments(args) ?? (await askRejectReason(result.kernel));
+      const answer = await c.server.executeCommand<{ rejected: boolean }>(
+        ServerCommands.rejectRewrite,
+        rejectArguments(result.uri, result.kernel, reason),
+      );
       if (answer?.rejected) {
         c.results.remove(result.uri, result.kernel);
       }
@@ -304,6 +313,15 @@ async function chooseRewrite(c: CommandContext, args: unknown[]): Promise<Optimi
     return undefined;
   }
   return result;
+}
+
+/** The reason for rejecting `kernel`'s suggestion, or undefined when skipped (Escape, or "No reason"). */
+async function askRejectReason(kernel: string): Promise<RejectReason | undefined> {
+  const choice = await vscode.window.showQuickPick(reasonChoices(), {
+    title: `Reject the rewrite of ${kernel}`,
+    placeHolder: 'Why? (optional: Escape rejects without a reason)',
+  });
+  return choice?.reason;
 }
 
 function noResult(kernel: string | undefined): undefined {

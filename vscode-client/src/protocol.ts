@@ -11,7 +11,8 @@ export interface ServerStatus {
   reason: string; // why there is none
 }
 
-/** workspace/executeCommand commands of the server; arguments are always [uri, kernelName]. */
+/** workspace/executeCommand commands of the server; arguments are [uri, kernelName] (rejectRewrite's may add
+ * one of REJECT_REASONS). */
 export const ServerCommands = {
   optimize: 'cudaAgent.optimize',
   applyRewrite: 'cudaAgent.applyRewrite',
@@ -20,6 +21,21 @@ export const ServerCommands = {
   cancelOptimization: 'cudaAgent.cancelOptimization',
   showTranscript: 'cudaAgent.showTranscript', // the LLM proposer's conversation behind a result
 } as const;
+
+/** Why a user rejects a suggestion, as the server records it (agent/feedback.py's REJECT_REASONS, same
+ * order): a fixed vocabulary, so that the exported training pairs can be filtered by it. */
+export const REJECT_REASONS = [
+  'slower on my real sizes',
+  'unreadable',
+  'changes numerics I care about',
+  'wrong assumption',
+  'other',
+] as const;
+export type RejectReason = (typeof REJECT_REASONS)[number];
+
+/** Declared in the client capabilities' `experimental` (server/capabilities.py): this extension asks for a
+ * reject's reason itself, so the server offers no "Reject suggestion: <reason>" code actions to VS Code. */
+export const EXPERIMENTAL_CAPABILITIES = { cudaAgent: { rejectReasons: true } } as const;
 
 export interface MeasuredTime {
   median_ms: number;

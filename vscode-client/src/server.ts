@@ -9,17 +9,20 @@ import * as readline from 'node:readline';
 import type { Readable } from 'node:stream';
 import * as vscode from 'vscode';
 import {
+  type ClientCapabilities,
   CloseAction,
   type CloseHandlerResult,
   CodeLensRequest,
   DidChangeConfigurationNotification,
   ErrorAction,
   ExecuteCommandRequest,
+  type FeatureState,
   LanguageClient,
   type LanguageClientOptions,
   RevealOutputChannelOn,
   type ServerOptions,
   State,
+  type StaticFeature,
   type StreamInfo,
   WorkDoneProgressCancelNotification,
 } from 'vscode-languageclient/node';
@@ -29,6 +32,7 @@ import { chooseInterpreter, type InterpreterChoice } from './interpreter';
 import type { ProgressValue } from './jobs';
 import type { LensLike } from './kernels';
 import {
+  EXPERIMENTAL_CAPABILITIES,
   RESULT_NOTIFICATION,
   STATUS_NOTIFICATION,
   type OptimizeResult,
@@ -80,6 +84,18 @@ class QuietLanguageClient extends LanguageClient {
     }
     super.error(message, data, false);
   }
+}
+
+/** What this extension does beyond the protocol, declared under `experimental` at initialize. */
+class OwnCapabilities implements StaticFeature {
+  fillClientCapabilities(capabilities: ClientCapabilities): void {
+    capabilities.experimental = { ...(capabilities.experimental as object | undefined), ...EXPERIMENTAL_CAPABILITIES };
+  }
+  initialize(): void {}
+  getState(): FeatureState {
+    return { kind: 'static' };
+  }
+  clear(): void {}
 }
 
 export class ServerConnection implements vscode.Disposable {
@@ -150,6 +166,7 @@ export class ServerConnection implements vscode.Disposable {
       serverOptions,
       this.clientOptions(settings, generation, remote !== undefined),
     );
+    client.registerFeature(new OwnCapabilities());
     client.onNotification(RESULT_NOTIFICATION, (result: OptimizeResult) => this.hooks.onResult(result));
     client.onNotification(STATUS_NOTIFICATION, (status: ServerStatus) => this.hooks.onStatus(status));
     client.onDidChangeState((event) => {

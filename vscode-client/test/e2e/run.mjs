@@ -5,7 +5,9 @@
 //
 // It opens examples/elementwise.cu, waits for the ▶ Optimize lens, runs "CUDA Agent: Optimize Kernel" on
 // saxpy, waits for the verified rewrite (lens, diagnostic, status bar), screenshots it, opens the candidates
-// view, applies the rewrite through the refactor preview, and checks the saved file: block = [128] → [256].
+// view, rejects it with a reason from the quick pick that follows Reject (the workspace's feedback log keeps
+// the reason), optimizes again, applies the rewrite through the refactor preview, and checks the saved file:
+// block = [128] → [256], and the log's "accepted" record.
 // Then it reads VS Code's own activation time (Running Extensions), points cudaAgent.interpreter at a Python
 // without the server (the message, its "Show Log"), and cudaAgent.server.address at a `serve --tcp --token`
 // (refused without the token, connected with it, reconnected after that server restarts).
@@ -261,6 +263,22 @@ async function main() {
     await webview.locator('svg.chart rect.best').waitFor();
     await page.screenshot({ path: path.join(config.artifacts, 'candidates.png') });
 
+    step('rejecting the suggestion with a reason from the quick pick after Reject');
+    await editor.click({ position: { x: 300, y: 200 } }); // the .cu editor active again
+    await goToLine(page, 30);
+    const reasonsOffered = await rejectWithReason(page, 'changes numerics I care about');
+    await editor.locator('.codelens-decoration', { hasText: '1.27× verified' }).first().waitFor({ state: 'detached' });
+    const feedbackLog = path.join(workspace, '.cuda-agent', 'feedback.jsonl');
+    await waitFor(
+      () => feedbackRecords(feedbackLog).some((r) => r.event === 'rejected'),
+      20_000,
+      'the reject in the feedback log',
+    );
+
+    step('optimizing saxpy again: the rewrite is back');
+    await runCommand(page, 'CUDA Agent: Optimize Kernel');
+    await editor.locator('.codelens-decoration', { hasText: '1.27× verified' }).first().waitFor({ timeout: 120_000 });
+
     step('applying the rewrite through the refactor preview');
     await editor.click({ position: { x: 300, y: 200 } }); // the .cu editor active again
     await goToLine(page, 30);
@@ -291,6 +309,15 @@ async function main() {
     if (text.includes('block = [128]')) {
       throw new Error('the saved file still has block = [128]');
     }
+    // Accepted once the text became the rewrite (not when the preview resolved the edit).
+    await waitFor(
+      () => feedbackRecords(feedbackLog).some((r) => r.event === 'accepted'),
+      20_000,
+      'the accept in the feedback log',
+    );
+    const decisions = feedbackRecords(feedbackLog)
+      .filter((r) => r.event !== 'shown')
+      .map((r) => ({ event: r.event, reason: r.reason ?? null }));
 
     step("VS Code's own activation time (Developer: Show Running Extensions)");
     const vscodeActivation = await runningExtensionsActivation(page);
@@ -311,6 +338,8 @@ async function main() {
       server_ready_ms: timing.server_ready_ms,
       vsix_bytes: statSync(config.vsix).size,
       candidates_listed: candidateRows,
+      reject_reasons_offered: reasonsOffered,
+      feedback_decisions: decisions,
       diff_title: diffTitle,
       not_installed_message: failure,
       remote,
@@ -343,6 +372,38 @@ async function main() {
       console.log(`kept ${scratch}`);
     }
   }
+}
+
+/** "CUDA Agent: Reject Suggestion" on the kernel under the cursor, then `reason` in the quick pick that
+ * follows; the labels the pick offered. */
+async function rejectWithReason(page, reason) {
+  await page.keyboard.press('F1');
+  await page.locator('.quick-input-widget input').fill('>CUDA Agent: Reject Suggestion');
+  await page
+    .locator('.quick-input-list .monaco-list-row', { hasText: 'CUDA Agent: Reject Suggestion' })
+    .first()
+    .waitFor();
+  await page.keyboard.press('Enter');
+  const row = page.locator('.quick-input-list .monaco-list-row', { hasText: reason });
+  await row.first().waitFor();
+  const offered = (await page.locator('.quick-input-list .monaco-list-row .label-name').allInnerTexts()).map((t) =>
+    t.trim(),
+  );
+  await row.first().click();
+  await page.locator('.quick-input-widget').waitFor({ state: 'hidden' });
+  return offered;
+}
+
+/** The suggestion records of a feedback log (the candidates' samples, which carry a `kind`, left out). */
+function feedbackRecords(log) {
+  if (!existsSync(log)) {
+    return [];
+  }
+  return readFileSync(log, 'utf8')
+    .split('\n')
+    .filter((line) => line.trim())
+    .map((line) => JSON.parse(line))
+    .filter((record) => record.kind === undefined && record.event !== undefined);
 }
 
 /** What VS Code measured for the extension's activation (loading its code and calling activate()). */
