@@ -12,6 +12,7 @@ from cuda_agent.agent.proposers.rewrites import (
     inline_helper,
     promote,
     shared_loop,
+    untile,
     vector_loop,
     warp_per_output,
     y_split,
@@ -20,6 +21,7 @@ from cuda_agent.agent.targets import KernelTarget
 
 REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     contraction.PROPOSER: contraction.propose,
+    untile.PROPOSER: untile.propose,
     warp_per_output.PROPOSER: warp_per_output.propose,
     y_split.PROPOSER: y_split.propose,
     vector_loop.PROPOSER: vector_loop.propose,
