@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
-from functools import cached_property
+from functools import cached_property, partial
 from operator import attrgetter
+from typing import overload
 
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import TextEdit, ancestors, parse_cuda
@@ -236,18 +238,32 @@ class EarlierRead:
     kernels: Sequence[Kernel]
     edit: TextEdit
     changed: Sequence[tuple[int, int]]
+    # The edit was inside a comment between declarations and the tree was not parsed again
+    # (parsing.edit_in_comment): what was found before stands, moved; what would be read anew raises
+    # StaleTree, and the caller parses.
+    inert: bool = False
+
+
+class StaleTree(Exception):
+    """Raised where an edit's tree, not parsed again (EarlierRead.inert), would have to be read."""
 
 
 def find_kernels(
     source: str | bytes, tree: Tree | None = None, earlier: EarlierRead | None = None
-) -> list[Kernel]:
+) -> Sequence[Kernel]:
     """Every `__global__` function definition, in source order. Declarations without a body and explicit
     instantiations (`template __global__ void k<float>(...);`) are not definitions and are skipped.
-    `earlier`: what the previous text held, so that only kernels around an edit are read again."""
+    `earlier`: what the previous text held, so that only kernels around an edit are read again; then the
+    answer is a KernelRuns, whose kernels the edit left alone are the earlier ones, moved when read."""
     data = source.encode("utf-8") if isinstance(source, str) else source
     root = (tree or parse_cuda(data)).root_node
     if earlier is not None:
-        return _after_edit(root, data, earlier)
+        runs = KernelRuns.of(earlier.kernels)
+        if runs.monotone:
+            return _runs_after_edit(root, data, earlier, runs)
+        if earlier.inert:
+            raise StaleTree("kernels nest")
+        return KernelRuns.of(_after_edit(root, data, earlier))
     return _definitions(root, data, _tokens(root, data, "__global__"))
 
 
@@ -326,6 +342,329 @@ def _moved(kernel: Kernel, bytes_by: int, lines_by: int) -> Kernel:
         slots[name] = own[name]
     slots["moved_by"] = (kernel.moved_by[0] + bytes_by, kernel.moved_by[1] + lines_by)
     return moved
+
+
+# -- kernel runs ---------------------------------------------------------------------------------------
+
+
+class KernelBlock:
+    """Kernels read together, in source order, with what was found for them (`payload`: opaque here, the
+    analysis's targets) and their positions as lists to bisect on. A block is never changed: after an edit,
+    a KernelRuns says how far each stretch of it has moved since."""
+
+    def __init__(self, kernels: Sequence[Kernel], payload: object = None) -> None:
+        self.kernels = tuple(kernels)
+        self.payload = payload
+        self.start_bytes = [kernel.start_byte for kernel in self.kernels]
+        self.end_bytes = [kernel.end_byte for kernel in self.kernels]
+        self.start_lines = [kernel.start_line for kernel in self.kernels]
+        self.end_lines = [kernel.read.span.end_line + kernel.moved_by[1] for kernel in self.kernels]
+        self.errors = [index for index, kernel in enumerate(self.kernels) if kernel.has_errors]
+        # Whether no kernel overlaps the next (they nest inside a broken kernel, or as a local struct's
+        # member): then the starts and the ends both ascend, and one bisection finds what holds a position.
+        self.monotone = all(map(operator.le, self.end_bytes, self.start_bytes[1:]))
+        self._names: dict[str, list[int]] | None = None
+
+    def named(self, name: str) -> list[int]:
+        """The indices of the kernels called `name`, ascending."""
+        if self._names is None:
+            names: dict[str, list[int]] = {}
+            for index, kernel in enumerate(self.kernels):
+                names.setdefault(kernel.name, []).append(index)
+            self._names = names
+        return self._names.get(name, [])
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """The kernels `lo` to `hi` (exclusive) of a block, each `bytes_by` bytes and `lines_by` lines further
+    down the file than the block has them."""
+
+    block: KernelBlock
+    lo: int
+    hi: int
+    bytes_by: int = 0
+    lines_by: int = 0
+
+    def holds(self, name: str) -> bool:
+        """Whether one of its kernels is called `name`."""
+        found = self.block.named(name)
+        at = bisect.bisect_left(found, self.lo)
+        return at < len(found) and found[at] < self.hi
+
+    def moved(self, bytes_by: int, lines_by: int, lo: int | None = None, hi: int | None = None) -> KernelRun:
+        lo, hi = self.lo if lo is None else lo, self.hi if hi is None else hi
+        return KernelRun(self.block, lo, hi, self.bytes_by + bytes_by, self.lines_by + lines_by)
+
+
+class KernelRuns(Sequence[Kernel]):
+    """A file's kernels in source order, as runs of blocks read by earlier analyses: an edit moves the
+    kernels below it by changing a run's offset, not by making every kernel again (2,700 of them in a
+    50,000-line file took most of an edit's analysis). A kernel is made, moved, when asked for."""
+
+    def __init__(self, runs: Sequence[KernelRun]) -> None:
+        self.runs = tuple(run for run in runs if run.hi > run.lo)
+        self._offsets = list(itertools.accumulate((run.hi - run.lo for run in self.runs), initial=0))
+        self._made: dict[int, Kernel] = {}
+        # In order when each block is and each run ends before the next starts.
+        self.monotone = all(run.block.monotone for run in self.runs) and all(
+            before.block.end_bytes[before.hi - 1] + before.bytes_by
+            <= after.block.start_bytes[after.lo] + after.bytes_by
+            for before, after in itertools.pairwise(self.runs)
+        )
+
+    @classmethod
+    def of(cls, kernels: Sequence[Kernel], payload: object = None) -> KernelRuns:
+        """`kernels` as runs: itself if it is one, else one block of them."""
+        if isinstance(kernels, KernelRuns):
+            return kernels
+        block = KernelBlock(kernels, payload)
+        return cls([KernelRun(block, 0, len(block.kernels))])
+
+    def __len__(self) -> int:
+        return self._offsets[-1]
+
+    @overload
+    def __getitem__(self, index: int) -> Kernel: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Kernel]: ...
+
+    def __getitem__(self, index: int | slice) -> Kernel | list[Kernel]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        made = self._made.get(index)
+        if made is None:
+            run, at = self.locate(index)
+            made = self._made[index] = _moved_by(run.block.kernels[at], run.bytes_by, run.lines_by)
+        return made
+
+    def __iter__(self) -> Iterator[Kernel]:
+        made, index = self._made, 0
+        for run in self.runs:
+            for at in range(run.lo, run.hi):
+                kernel = made.get(index)
+                if kernel is None:
+                    kernel = made[index] = _moved_by(run.block.kernels[at], run.bytes_by, run.lines_by)
+                yield kernel
+                index += 1
+
+    def locate(self, index: int) -> tuple[KernelRun, int]:
+        """The run holding the kernel at `index`, and the kernel's index in the run's block."""
+        number = bisect.bisect_right(self._offsets, index) - 1
+        run = self.runs[number]
+        return run, run.lo + index - self._offsets[number]
+
+    def first_of(self, number: int) -> int:
+        """The index of the run `number`'s first kernel."""
+        return self._offsets[number]
+
+    def start_byte(self, index: int) -> int:
+        run, at = self.locate(index)
+        return run.block.start_bytes[at] + run.bytes_by
+
+    def end_byte(self, index: int) -> int:
+        run, at = self.locate(index)
+        return run.block.end_bytes[at] + run.bytes_by
+
+    def start_line(self, index: int) -> int:
+        run, at = self.locate(index)
+        return run.block.start_lines[at] + run.lines_by
+
+    def end_line(self, index: int) -> int:
+        run, at = self.locate(index)
+        return run.block.end_lines[at] + run.lines_by
+
+    def named(self, name: str) -> Iterator[int]:
+        """The indices of the kernels called `name`, ascending, from each block's index of names."""
+        for number, run in enumerate(self.runs):
+            found = run.block.named(name)
+            for at in found[bisect.bisect_left(found, run.lo) : bisect.bisect_left(found, run.hi)]:
+                yield self._offsets[number] + at - run.lo
+
+    def on_line(self, line: int) -> range:
+        """The indices of the kernels that may span the (0-based) line: all of them that do, and in a file
+        whose kernels nest, some that end before it (the caller checks each)."""
+        if not self.monotone:
+            return self._nested_index.on_line(line)
+        first = _first_index(0, len(self), lambda index: self.end_line(index) >= line)
+        past = _first_index(first, len(self), lambda index: self.start_line(index) > line)
+        return range(first, past)
+
+    @cached_property
+    def _nested_index(self) -> _LineIndex:
+        starts = [line + run.lines_by for run in self.runs for line in run.block.start_lines[run.lo : run.hi]]
+        ends = [line + run.lines_by for run in self.runs for line in run.block.end_lines[run.lo : run.hi]]
+        return _LineIndex(starts, ends)
+
+
+class _LineIndex:
+    """Each kernel's first line, and the furthest last line of it and the kernels before it (kernels can
+    nest, inside a broken one), in source order."""
+
+    def __init__(self, starts: list[int], ends: list[int]) -> None:
+        self.starts, self.furthest = starts, list(itertools.accumulate(ends, max))
+
+    def on_line(self, line: int) -> range:
+        first = bisect.bisect_left(self.furthest, line)
+        return range(first, max(first, bisect.bisect_right(self.starts, line)))
+
+
+def _first_index(low: int, high: int, holds: Callable[[int], bool]) -> int:
+    """The first index in [low, high) where `holds` (false, then true, along the indices), else high."""
+    while low < high:
+        middle = (low + high) // 2
+        if holds(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _moved_by(kernel: Kernel, bytes_by: int, lines_by: int) -> Kernel:
+    return kernel if bytes_by == 0 and lines_by == 0 else _moved(kernel, bytes_by, lines_by)
+
+
+def _runs_after_edit(root: Node, data: bytes, earlier: EarlierRead, runs: KernelRuns) -> KernelRuns:
+    """`_after_edit` for kernels in order (none nests in another), as runs: the kernels the edit touches
+    are found by bisection, read anew with those around the changed ranges and those with syntax errors,
+    and every other stretch of kernels is kept as a run, moved by the edit if below it. What this costs
+    is in what the edit touches, and the number of runs, not in the number of kernels."""
+    edit = earlier.edit
+    count = len(runs)
+    # The earlier kernels the edit touches, [touched, below): below them, those it moved; above, those
+    # it left in place (as _after_edit tells them apart).
+    touched = _first_index(0, count, lambda index: runs.end_byte(index) >= edit.start)
+    below = max(
+        _first_index(touched, count, lambda index: runs.start_byte(index) > edit.old_end),
+        _first_index(touched, count, lambda index: runs.start_line(index) > edit.old_end_line),
+    )
+    placed = _Placed(runs, touched, below, edit.new_end - edit.old_end)
+    dirty = [(edit.start, edit.new_end), *earlier.changed]
+    for index in range(touched, below):
+        end = runs.end_byte(index) + placed.delta
+        dirty.append((min(runs.start_byte(index), edit.start), max(end, edit.new_end)))
+    reread = placed.with_errors()
+    dirty += [placed.span(index) for index in reread]
+    pending = list(dirty)
+    while pending:  # a kernel read anew widens what is read anew, until nothing more is
+        low, high = pending.pop()
+        for index in placed.overlapping(low, high):
+            if index not in reread:
+                reread.add(index)
+                pending.append(placed.span(index))
+                dirty.append(placed.span(index))
+    fresh = _definitions(root, data, _tokens_within(root, data, "__global__", dirty))
+    if earlier.inert and (fresh or reread):
+        raise StaleTree("kernels to read anew")
+    fresh.sort(key=attrgetter("start_byte"))
+    # A kept kernel where one was read anew (found just past a changed range) is that one.
+    reread |= {index for kernel in fresh if (index := placed.starting_at(kernel.start_byte)) is not None}
+    return placed.runs(reread, fresh, edit.lines_by)
+
+
+class _Placed:
+    """The earlier kernels an edit did not touch, at their places in the new text: those above the edit
+    (indices before `touched`) where they were, those below (from `below` on) moved by `delta` bytes."""
+
+    def __init__(self, runs: KernelRuns, touched: int, below: int, delta: int) -> None:
+        self.kernels, self.touched, self.below, self.delta = runs, touched, below, delta
+        self._indices = (range(0, touched), range(below, len(runs)))
+
+    def start(self, index: int) -> int:
+        return self.kernels.start_byte(index) + (self.delta if index >= self.below else 0)
+
+    def end(self, index: int) -> int:
+        return self.kernels.end_byte(index) + (self.delta if index >= self.below else 0)
+
+    def span(self, index: int) -> tuple[int, int]:
+        return self.start(index), self.end(index)
+
+    def _starts_from(self, byte: int, index: int) -> bool:
+        return self.start(index) >= byte
+
+    def with_errors(self) -> set[int]:
+        """The kept kernels with syntax errors (always read anew: tree-sitter's recovery depends on what
+        surrounds them)."""
+        found = set()
+        for number, run in enumerate(self.kernels.runs):
+            first = self.kernels.first_of(number)
+            errors = run.block.errors
+            for at in errors[bisect.bisect_left(errors, run.lo) : bisect.bisect_left(errors, run.hi)]:
+                index = first + at - run.lo
+                if index < self.touched or index >= self.below:
+                    found.add(index)
+        return found
+
+    def overlapping(self, low: int, high: int) -> Iterator[int]:
+        """The kept kernels that overlap [low, high] (ends included), ascending."""
+        for indices in self._indices:
+            first = _first_index(indices.start, indices.stop, lambda index: self.end(index) >= low)
+            yield from range(first, _first_index(first, indices.stop, lambda index: self.start(index) > high))
+
+    def starting_at(self, start: int) -> int | None:
+        """The kept kernel that starts at the byte, if one does."""
+        for indices in self._indices:
+            at = _first_index(indices.start, indices.stop, lambda index: self.start(index) >= start)
+            if at < indices.stop and self.start(at) == start:
+                return at
+        return None
+
+    def runs(self, dropped: set[int], fresh: list[Kernel], lines_by: int) -> KernelRuns:
+        """The kept kernels but `dropped`, as runs (moved where below the edit), with the `fresh` ones (in
+        source order) between them: a fresh kernel goes before the kept ones that start after it."""
+        pieces: list[KernelRun] = []
+        group: list[Kernel] = []  # fresh kernels waiting for the next kept one
+        taken = 0
+        for run, first, start, stop in self._stretches(dropped):
+            while start < stop:
+                if taken < len(fresh) and fresh[taken].start_byte <= self.start(start):
+                    group.append(fresh[taken])
+                    taken += 1
+                    continue
+                if group:
+                    pieces.append(KernelRun(KernelBlock(group), 0, len(group)))
+                    group = []
+                split = stop
+                if taken < len(fresh):
+                    split = _first_index(start, stop, partial(self._starts_from, fresh[taken].start_byte))
+                moved = start >= self.below
+                by = (self.delta, lines_by) if moved else (0, 0)
+                pieces.append(run.moved(*by, run.lo + start - first, run.lo + split - first))
+                start = split
+        group += fresh[taken:]
+        if group:
+            pieces.append(KernelRun(KernelBlock(group), 0, len(group)))
+        return KernelRuns(pieces)
+
+    def _stretches(self, dropped: set[int]) -> Iterator[tuple[KernelRun, int, int, int]]:
+        """(run, index of its first kernel, start, stop): the kept kernels start to stop (indices of the
+        earlier kernels), in order, each stretch within one run and on one side of the edit."""
+        kept = self.kernels
+        cuts = sorted(dropped)
+        for indices in self._indices:
+            for number, run in enumerate(kept.runs):
+                first = kept.first_of(number)
+                lo, hi = max(indices.start, first), min(indices.stop, first + run.hi - run.lo)
+                if lo >= hi:
+                    continue
+                inside = cuts[bisect.bisect_left(cuts, lo) : bisect.bisect_left(cuts, hi)]
+                for start, stop in _between(lo, hi, inside):
+                    if start < stop:
+                        yield run, first, start, stop
+
+
+def _between(lo: int, hi: int, cuts: list[int]) -> Iterator[tuple[int, int]]:
+    """The stretches of [lo, hi) between the indices `cuts` (ascending, each left out)."""
+    start = lo
+    for cut in cuts:
+        yield start, cut
+        start = cut + 1
+    yield start, hi
 
 
 def _tokens_within(root: Node, data: bytes, token: str, ranges: Sequence[tuple[int, int]]) -> Iterator[Node]:

@@ -79,11 +79,34 @@ class Reparse:
     edit: TextEdit
     # Byte ranges of the new text whose syntax changed (`Tree.changed_ranges`).
     changed: list[tuple[int, int]]
+    # From edit_in_comment: the comment the edit was in (its bytes in the new text). Then `tree` is the old
+    # tree with the edit applied, not parsed: the tree a parse would give, but at the edge of that comment
+    # (its nodes' `.text` is the old text's, too), so nothing may be read from it anew (EarlierRead.inert).
+    comment: tuple[int, int] | None = None
 
 
 def reparse(old: bytes, old_tree: Tree, data: bytes) -> Reparse:
     """`data`'s tree from `old`'s, as one edit (the changed middle between their common prefix and
     suffix): tree-sitter reparses only around it. `old_tree` itself is left as it was."""
+    edit, edited = _edited(old, old_tree, data)
+    tree = _parser().parse(data, edited)
+    return Reparse(tree, edit, [(r.start_byte, r.end_byte) for r in edited.changed_ranges(tree)])
+
+
+def edit_in_comment(
+    old: bytes, old_tree: Tree, data: bytes, comment: tuple[int, int] | None = None
+) -> Reparse | None:
+    """`reparse` without the parse, for an edit inside one comment between declarations (typing in the
+    file's header): tree-sitter's incremental parse still walks every top-level declaration after an edit
+    (15 ms for a 50,000-line file's 9,000). None for any other edit. `comment`: where such a comment lies
+    in `old`, when an edit before said (the old tree may not: one typed at its start is not in its node)."""
+    edit, edited = _edited(old, old_tree, data)
+    inside = _comment_kept(old, old_tree, data, edit, comment)
+    return Reparse(edited, edit, [], inside) if inside is not None else None
+
+
+def _edited(old: bytes, old_tree: Tree, data: bytes) -> tuple[TextEdit, Tree]:
+    """The edit from `old` to `data`, and a copy of `old_tree` with it applied (not parsed)."""
     start, old_end, new_end = _changed_middle(old, data)
     start_point = _point(old, start)
     old_end_point = _point_after(old, start, start_point, old_end)
@@ -97,10 +120,59 @@ def reparse(old: bytes, old_tree: Tree, data: bytes) -> Reparse:
         old_end_point=old_end_point,
         new_end_point=new_end_point,
     )
-    tree = _parser().parse(data, edited)
     lines_by = new_end_point.row - old_end_point.row
     edit = TextEdit(start, old_end, new_end, old_end_point.row, lines_by, start_point.row, old[start:old_end])
-    return Reparse(tree, edit, [(r.start_byte, r.end_byte) for r in edited.changed_ranges(tree)])
+    return edit, edited
+
+
+def _comment_kept(
+    old: bytes, old_tree: Tree, data: bytes, edit: TextEdit, known: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """Where the comment holding the edit lies in `data`, if the edit changed only its inside and it is
+    still the same comment there, between top-level declarations, in a file without syntax errors; else
+    None. What lexes as that comment is checked here: no line break or backslash typed or removed (a
+    line comment's end, or its continuation), `*/` neither typed nor broken, the comment's opening kept."""
+    if old_tree.root_node.has_error or edit.lines_by:
+        return None
+    typed = data[edit.start : edit.new_end]
+    if any(mark in piece for mark in (b"\n", b"\r", b"\\") for piece in (edit.replaced, typed)):
+        return None
+    found = known if known is not None and known[0] <= edit.start and edit.old_end <= known[1] else None
+    found = found or _top_level_comment(old_tree, edit)
+    if found is None:
+        return None
+    begin, end = found
+    delta = edit.new_end - edit.old_end
+    if edit.start > begin and old[edit.start - 1 : edit.start] == b"\\":
+        return None  # it escaped the first byte the edit replaced; it would escape another
+    if old[begin : begin + 2] == b"//":
+        # Typed at its start, the bytes go to the node before it, unless spaces (its own) are in between.
+        joins = edit.start == begin and begin > 0 and old[begin - 1 : begin] not in (b" ", b"\t", b"\n")
+        return (begin, end + delta) if data[begin : begin + 2] == b"//" and not joins else None
+    if b"cuda-agent" in old[begin:end] or b"cuda-agent" in data[begin : end + delta]:
+        return None  # a spec comment (spec/source.py), or one that may become one
+    if edit.start < begin + 2 or edit.old_end > end - 2 or data.find(b"*/", begin + 2) != end + delta - 2:
+        return None
+    line_end = data.find(b"\n", end + delta)
+    rest = data[end + delta : line_end if line_end != -1 else len(data)]
+    # What follows on its line would move by columns (not only bytes): read anew, then, from a parse.
+    return (begin, end + delta) if not rest.strip(b" \t") else None
+
+
+def _top_level_comment(tree: Tree, edit: TextEdit) -> tuple[int, int] | None:
+    """The extent of the comment between top-level declarations that holds the edit's bytes, or ends
+    where the edit starts (typing at a line comment's end)."""
+    root = tree.root_node
+    for at in (edit.start, edit.start - 1):
+        node = root.descendant_for_byte_range(at, at + 1) if at >= 0 else None
+        if node is None or node.type != "comment" or node.parent is None:
+            continue
+        if (
+            node.parent.type == "translation_unit"
+            and node.start_byte <= edit.start <= edit.old_end <= node.end_byte
+        ):
+            return node.start_byte, node.end_byte
+    return None
 
 
 def _changed_middle(old: bytes, new: bytes) -> tuple[int, int, int]:
@@ -111,26 +183,26 @@ def _changed_middle(old: bytes, new: bytes) -> tuple[int, int, int]:
     return start, len(old) - suffix, len(new) - suffix
 
 
-_BLOCK = 8192
-
-
 def _common_length(old: bytes, new: bytes, limit: int, from_end: bool) -> int:
-    """How many bytes (at most `limit`) the texts share at their start (or end). Block by block, then
-    by binary search inside the first differing block: slice comparisons are memcmp, and each byte is
-    copied once, where a binary search over the whole text copies it ~18 times."""
+    """How many bytes (at most `limit`) the texts share at their start (or end): in stretches that double
+    while they match, then by binary search inside the first that does not, each byte compared about
+    twice. A comparison is `startswith` of a memoryview, a memcmp in place (slices copied both texts: a
+    50,000-line file's 2 MB took 0.6 ms an edit)."""
+    view = memoryview(new)
 
     def same(n_from: int, n_to: int) -> bool:
+        """Whether bytes n_from to n_to from the start (or the end) are the same."""
         if from_end:
-            return old[len(old) - n_to : len(old) - n_from] == new[len(new) - n_to : len(new) - n_from]
-        return old[n_from:n_to] == new[n_from:n_to]
+            return old.startswith(view[len(new) - n_to : len(new) - n_from], len(old) - n_to)
+        return old.startswith(view[n_from:n_to], n_from)
 
-    done = 0
-    while done < limit and same(done, min(done + _BLOCK, limit)):
-        done = min(done + _BLOCK, limit)
-    low, high = done, min(done + _BLOCK, limit)
-    while low < high:
+    done, step = 0, 4096
+    while done < limit and same(done, min(done + step, limit)):
+        done, step = min(done + step, limit), step * 2
+    low, high = done, min(done + step, limit)
+    while low < high:  # the first `low` bytes are the same; the first `high + 1` are not
         middle = (low + high + 1) // 2
-        if same(done, middle):
+        if same(low, middle):
             low = middle
         else:
             high = middle - 1

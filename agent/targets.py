@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
+import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import overload
 
-from cuda_agent.agent.kernels import EarlierRead, Kernel, KernelPositions, find_kernels
+from cuda_agent.agent.kernels import (
+    EarlierRead,
+    Kernel,
+    KernelBlock,
+    KernelPositions,
+    KernelRun,
+    KernelRuns,
+    StaleTree,
+    find_kernels,
+)
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import TextEdit, parse_cuda
 from cuda_agent.agent.spec import (
@@ -33,6 +45,7 @@ from cuda_agent.agent.spec.program import (
     with_program_launch,
 )
 from cuda_agent.agent.spec.resolve import instantiation
+from cuda_agent.agent.spec.source import marker_offsets, markers_after_edit
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
 from tree_sitter import Tree
 
@@ -91,18 +104,194 @@ InferredSpec = tuple[KernelPositions, KernelSpec | None, str]
 class FileTargets:
     path: Path
     source: str
-    targets: tuple[KernelTarget, ...]
+    # A tuple; after an edit in the language server a TargetList, equal to the tuple a fresh read gives.
+    targets: Sequence[KernelTarget]
     spec_errors: tuple[SpecError, ...]
     # What the host code said, for the next edit's load_targets (earlier_file): kept when it cannot change.
     host_facts: HostFacts | None = field(default=None, compare=False, repr=False)
     # The specs inferred for this text's kernels, for the next edit's load_targets: by `id(kernel.read)`
     # (the same KernelPositions while the kernel's text is unchanged, wherever an edit moved it).
     inferred: Mapping[int, InferredSpec] = field(default_factory=dict, compare=False, repr=False)
+    # Where the spec comments' marker occurs, for the next edit's (only the edit's surroundings are searched).
+    spec_markers: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
 
     def find(self, name: str | None) -> KernelTarget | None:
         if name is None:
             return self.targets[0] if len(self.targets) == 1 else None
+        return self.named(name)
+
+    def named(self, name: str) -> KernelTarget | None:
+        """The first kernel called `name` (by a TargetList's index of names, without making the others)."""
+        if isinstance(self.targets, TargetList):
+            return self.targets.named(name)
         return next((t for t in self.targets if t.kernel.name == name), None)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What one analysis found for a block of kernels: their targets, the spec inferred for each (None where
+    none was: a written or a broken spec, a failure, a spec from another file), and which of them
+    (ascending) have none: after an edit those are read again, unless their written spec still stands.
+    `since`: how many line moves of its TargetList's `moves` its notes already count."""
+
+    targets: tuple[KernelTarget, ...]
+    inferred: tuple[InferredSpec | None, ...]
+    not_inferred: tuple[int, ...]
+    since: int = 0
+
+    @cached_property
+    def cited(self) -> list[tuple[int, int]]:
+        """(0-based line, index) of each line an inferred spec's notes cite ("at line 20"), in line order."""
+        found = []
+        for at, entry in enumerate(self.inferred):
+            if entry is not None:
+                texts = (entry[2], entry[1].inference_note) if entry[1] is not None else (entry[2],)
+                found += [(int(row) - 1, at) for text in texts for row in _CITED_LINE.findall(text)]
+        return sorted(found)
+
+    @cached_property
+    def by_read(self) -> dict[int, list[int]]:
+        """The indices of the kernels by the id of their KernelPositions."""
+        found: dict[int, list[int]] = {}
+        for at, target in enumerate(self.targets):
+            found.setdefault(id(target.kernel.read), []).append(at)
+        return found
+
+
+def _found(targets: Sequence[KernelTarget], inferred: Mapping[int, InferredSpec], since: int = 0) -> _Found:
+    """`targets` (made by load_targets, with `inferred` its record of what it inferred) as found."""
+    entries = tuple(_inferred_entry(inferred, target) for target in targets)
+    not_inferred = tuple(at for at, entry in enumerate(entries) if entry is None)
+    return _Found(tuple(targets), entries, not_inferred, since)
+
+
+class TargetList(Sequence[KernelTarget]):
+    """The targets of a text after an edit: each kernel's target as the analysis that read it found it,
+    made for this text when asked for (its kernel moved, this source, the spec written for it now if any,
+    the lines its inferred spec cites moved by the edits since): an edit then costs what it changed, not a
+    target for each of the file's thousands of kernels. Equal to the tuple of targets a fresh read of the
+    same text gives. `moves`: the edits that moved lines an inferred spec may cite, in order."""
+
+    def __init__(
+        self, path: Path, source: str, kernels: KernelRuns, specs: Mapping[str, KernelSpec],
+        failed: frozenset[str], moves: tuple[TextEdit, ...] = (),
+    ) -> None:  # fmt: skip
+        self.path, self.source, self.kernels = path, source, kernels
+        self.specs, self.failed, self.moves = specs, failed, moves
+        self._made: dict[int, KernelTarget] = {}
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+    @overload
+    def __getitem__(self, index: int) -> KernelTarget: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[KernelTarget]: ...
+
+    def __getitem__(self, index: int | slice) -> KernelTarget | list[KernelTarget]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        made = self._made.get(index)
+        if made is None:
+            run, at = self.kernels.locate(index)
+            found = run.block.payload
+            assert isinstance(found, _Found)
+            made = self._made[index] = self._made_for(found, at, self.kernels[index])
+        return made
+
+    def __iter__(self) -> Iterator[KernelTarget]:
+        for index in range(len(self)):
+            yield self[index]
+
+    def _made_for(self, found: _Found, at: int, kernel: Kernel) -> KernelTarget:
+        """The block's target `at` (of an earlier text) for this text, as load_targets would make it now."""
+        target, name = found.targets[at], kernel.name
+        if name in self.specs:
+            spec, note, skipped = self.specs[name], "", ""
+        elif name in self.failed:
+            spec, note, skipped = None, BROKEN_SPEC_NOTE, ""
+        elif found.since < len(self.moves) and (entry := self.entry(found, at)) is not None:
+            spec, note, skipped = entry[1], _inferred_note(entry[1], entry[2]), ""
+        else:
+            spec, note, skipped = target.spec, target.note, target.skipped
+        if (
+            target.source is self.source
+            and target.kernel is kernel
+            and target.spec is spec
+            and target.note == note
+        ):
+            return target
+        return KernelTarget(self.path, self.source, kernel, spec, note, skipped)
+
+    def entry(self, found: _Found, at: int) -> InferredSpec | None:
+        """The spec inferred for the block's kernel `at`, citing the lines where what it cites is now."""
+        entry = found.inferred[at]
+        for move in self.moves[found.since :] if entry is not None else ():
+            moved = _with_lines_moved(entry, move)
+            assert moved is not None, "a kernel whose spec cites an edited line is inferred again"
+            entry = moved
+        return entry
+
+    def written(self, name: str) -> bool:
+        """Whether kernels of that name have their spec written in this text (well or not)."""
+        return name in self.specs or name in self.failed
+
+    def named(self, name: str) -> KernelTarget | None:
+        index = next(self.kernels.named(name), None)
+        return None if index is None else self[index]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(map(operator.eq, self, other))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"TargetList({list(self)!r})"
+
+
+class _InferredView(Mapping[int, InferredSpec]):
+    """A TargetList's inferred specs by the id of their kernel's KernelPositions (FileTargets.inferred), each
+    citing the lines of this text: looked up, not made for every kernel after each edit."""
+
+    def __init__(self, targets: TargetList) -> None:
+        self.targets = targets
+
+    def __getitem__(self, key: int) -> InferredSpec:
+        for run in self.targets.kernels.runs:
+            found = run.block.payload
+            assert isinstance(found, _Found)
+            for at in found.by_read.get(key, ()):
+                entry = self.targets.entry(found, at) if run.lo <= at < run.hi else None
+                if entry is not None:
+                    return entry
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[int]:
+        for run in self.targets.kernels.runs:
+            found = run.block.payload
+            assert isinstance(found, _Found)
+            for at in range(run.lo, run.hi):
+                if found.inferred[at] is not None:
+                    yield id(found.targets[at].kernel.read)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _inferred_note(spec: KernelSpec | None, reason: str) -> str:
+    """A target's note for what inferring its spec said."""
+    return spec.inference_note if spec else f"no spec: {reason}; add a /* cuda-agent ... */ spec comment"
+
+
+BROKEN_SPEC_NOTE = "its spec has errors (see above)"
 
 
 # Inference from the signature reads only the kernel's own text (and the file's type aliases), so its
@@ -143,12 +332,16 @@ class HostFacts:
         the lines of what they describe, moved by an edit above it: then with digests of their own, since
         what inference says cites lines ("at line 20") and the memos keep its answers by digest."""
         edit = earlier.edit
+        if earlier.inert:
+            return self._shifted(edit.start, edit.new_end - edit.old_end)  # only a comment changed
         if changes_token_marks(edit, data):
             return None
-        if any(start < edit.old_end and edit.start < end for start, end in self.relevant):
+        if _overlaps(self.relevant, edit.start, edit.old_end):
             return None
+        shifted = self._shifted(edit.start, edit.new_end - edit.old_end)
+        if any(_overlaps(shifted.relevant, start, end) for start, end in earlier.changed):
+            return None  # what inference reads changed its syntax (a brace typed early swallows a #define)
         moves_lines = edit.lines_by != 0 and any(start >= edit.start for start, _ in self.relevant)
-        delta = edit.new_end - edit.old_end
         for start, end in (*earlier.changed, (edit.start, edit.new_end)):
             node = tree.root_node.descendant_for_byte_range(start, max(start, end - 1))
             while node is not None and node.parent is not None and node.parent.type != "translation_unit":
@@ -169,15 +362,32 @@ class HostFacts:
                 return None  # a new call of a launcher: a new calling context
             if b"<<<" in text:
                 return None  # a launch whose function this edit may make or unmake (a `}` typed early)
-        shifted = tuple((s, e) if e <= edit.start else (s + delta, e + delta) for s, e in self.relevant)
         if not moves_lines:
-            return replace(self, relevant=shifted)
+            return shifted
         moved = f"{edit.old_end_line}:{edit.lines_by}".encode()
         dependencies = {
             name: hashlib.blake2b(digest + moved, digest_size=16).digest()
             for name, digest in self.dependencies.items()
         }
-        return replace(self, relevant=shifted, dependencies=dependencies)
+        return replace(shifted, dependencies=dependencies)
+
+    def _shifted(self, at: int, delta: int) -> HostFacts:
+        """These facts with the ranges after byte `at` moved by `delta` (an edit there), the launchers'
+        names kept (made again for each edit, they took a millisecond of it in a 50,000-line file)."""
+        relevant = tuple([(s, e) if e <= at else (s + delta, e + delta) for s, e in self.relevant])
+        moved = replace(self, relevant=relevant)
+        if "_launcher_names" in self.__dict__:
+            moved.__dict__["_launcher_names"] = self._launcher_names
+        return moved
+
+
+def _overlaps(ranges: Sequence[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether a range overlaps [start, end): a loop, which took half the time of `any` over a generator
+    for the 2,000 ranges of a 50,000-line file."""
+    for low, high in ranges:  # noqa: SIM110 (see above)
+        if low < end and start < high:
+            return True
+    return False
 
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
@@ -211,6 +421,8 @@ class _Host:
     ) -> None:  # fmt: skip
         self.text, self.data, self.tree = text, data, tree
         self._program: ProgramHost | None = None
+        if earlier is not None and earlier.inert and previous is None:
+            raise StaleTree("host facts to read")
         reused = previous.after(earlier, data, tree) if previous is not None and earlier is not None else None
         # Whether these are `previous` (what inferring from them said is said still), and whether the edit
         # moved the lines they describe (what it said cites lines that moved; `after` gave them digests of
@@ -309,40 +521,225 @@ def load_targets(
     earlier: EarlierRead | None = None,
     earlier_file: FileTargets | None = None,
     infer: bool = True,
+    data: bytes | None = None,
 ) -> FileTargets:
     """The file's kernels with their specs. `tree`: the source's parse when the caller has one (the
     language server reparses incrementally after an edit); `earlier`: the kernels before that edit, and
     `earlier_file` what was found in that text (its host facts and inferred specs are kept where the edit
     cannot have changed them). `infer=False`: written specs only (a caller re-reading a candidate keeps the
-    original's inferred spec, and need not pay for reading the host code again)."""
+    original's inferred spec, and need not pay for reading the host code again). `data`: the source's
+    bytes, when the caller has them."""
     text = path.read_text(encoding="utf-8", errors="replace") if source is None else source
-    data = text.encode("utf-8")
+    data = text.encode("utf-8") if data is None else data
     tree = tree or parse_cuda(data)  # once: inference reads every kernel from it (a parse each was quadratic)
     kernels = find_kernels(data, tree, earlier)
-    specs, errors = parse_specs(data, kernels, tree)
-    failed = {e.kernel for e in errors if e.kernel}
-    targets = []
+    markers = _spec_markers(data, earlier, earlier_file)
+    specs, errors = parse_specs(data, kernels, tree, markers)
+    failed = frozenset(e.kernel for e in errors if e.kernel)
     inference = _Inference(path, text, data, tree, kernels, earlier, earlier_file)
-    for kernel in kernels:
-        spec = specs.get(kernel.name)
+    reader = _Reader(path, text, specs, failed, inference, infer)
+    if isinstance(kernels, KernelRuns) and infer:
+        after = _targets_after_edit(reader, kernels, earlier_file)
+        targets: Sequence[KernelTarget] = after
+        inferred: Mapping[int, InferredSpec] = _InferredView(after)
+    else:
+        targets, inferred = tuple(map(reader.target, kernels)), inference.inferred
+    return FileTargets(path, text, targets, tuple(errors), inference.host_facts, inferred, markers)
+
+
+def _spec_markers(
+    data: bytes, earlier: EarlierRead | None, earlier_file: FileTargets | None
+) -> tuple[int, ...]:
+    if earlier is None or earlier_file is None or earlier_file.spec_markers is None:
+        return tuple(marker_offsets(data))
+    edit = earlier.edit
+    return tuple(markers_after_edit(earlier_file.spec_markers, data, edit.start, edit.old_end, edit.new_end))
+
+
+class _Reader:
+    """One kernel's target: its written spec, else why it has none, else the spec inferred for it."""
+
+    def __init__(
+        self, path: Path, text: str, specs: Mapping[str, KernelSpec], failed: frozenset[str],
+        inference: _Inference, infer: bool,
+    ) -> None:  # fmt: skip
+        self.path, self.text, self.specs, self.failed = path, text, specs, failed
+        self.inference, self.infer = inference, infer
+
+    def target(self, kernel: Kernel) -> KernelTarget:
+        spec = self.specs.get(kernel.name)
         note = skipped = ""
-        if spec is None and kernel.name in failed:
-            note = "its spec has errors (see above)"
-        elif spec is None and not infer:
+        if spec is None and kernel.name in self.failed:
+            note = BROKEN_SPEC_NOTE
+        elif spec is None and not self.infer:
             note = "no spec written (not inferred here)"
         elif spec is None:
             try:
-                spec, reason = inference.infer(kernel)
+                spec, reason = self.inference.infer(kernel)
+            except StaleTree:
+                raise
             except Exception as error:  # our bug, not the user's: it costs this kernel only
                 note = skipped = skipped_because(kernel, "spec inference", error)
             else:
-                note = (
-                    spec.inference_note
-                    if spec
-                    else f"no spec: {reason}; add a /* cuda-agent ... */ spec comment"
-                )
-        targets.append(KernelTarget(path, text, kernel, spec, note, skipped))
-    return FileTargets(path, text, tuple(targets), tuple(errors), inference.host_facts, inference.inferred)
+                note = _inferred_note(spec, reason)
+        return KernelTarget(self.path, self.text, kernel, spec, note, skipped)
+
+    def block(self, kernels: Sequence[Kernel], since: int) -> KernelBlock:
+        """The kernels' targets made now, as a block for the next edit."""
+        targets = tuple(map(self.target, kernels))
+        return KernelBlock(kernels, _found(targets, self.inference.inferred, since))
+
+    def kept(self, name: str) -> bool:
+        """Whether a kernel of that name has its spec written now (well or not): then a target found
+        before stands, with that spec."""
+        return name in self.specs or name in self.failed
+
+
+def _inferred_entry(inferred: Mapping[int, InferredSpec], target: KernelTarget) -> InferredSpec | None:
+    """The spec inferred for the target's kernel as read, if its target holds one inferred for it."""
+    entry = inferred.get(id(target.kernel.read))
+    return entry if entry is not None and entry[0] is target.kernel.read else None
+
+
+# A TargetList of more runs than this, or whose targets' notes wait for more line moves than MAX_MOVES, is
+# made into one block (every target made once): each run costs a little on every read, and an edit adds
+# one or two; each move waiting costs every target made.
+MAX_RUNS = 48
+MAX_MOVES = 16
+
+
+def _targets_after_edit(reader: _Reader, kernels: KernelRuns, earlier_file: FileTargets | None) -> TargetList:
+    """The targets of an edited text: where what was inferred before stands (the edit did not change the
+    host code's facts), each run of kernels the edit left alone keeps the targets found before, their
+    notes' lines moved when read, and only the kernels read anew (and those whose spec must be found again:
+    one citing a line the edit changed) get targets made now; else every kernel's target is made now."""
+    inference, moves, again = reader.inference, (), None
+    if inference.keeps_earlier():
+        if earlier_file is not None and isinstance(earlier_file.targets, TargetList):
+            moves = earlier_file.targets.moves
+        move = inference.moved_lines()
+        again = _found_again(reader, kernels, moves, move)
+        moves += (move,) if move is not None else ()
+    if inference.inert and (again is None or again or _has_fresh(kernels)):
+        raise StaleTree("targets to find anew")
+    pieces: list[KernelRun] = []
+    group: list[Kernel] = []  # kernels whose targets are made now, in a block of their own
+    for number, run in enumerate(kernels.runs):
+        first, count = kernels.first_of(number), run.hi - run.lo
+        if again is None or run.block.payload is None:
+            cuts = list(range(first, first + count))
+        else:
+            cuts = again[bisect.bisect_left(again, first) : bisect.bisect_left(again, first + count)]
+        start = first
+        for cut in [*cuts, first + count]:
+            if start < cut:
+                if group:
+                    pieces.append(_run_of(reader.block(group, len(moves))))
+                    group = []
+                pieces.append(run.moved(0, 0, run.lo + start - first, run.lo + cut - first))
+            if cut < first + count:
+                group.append(kernels[cut])
+            start = cut + 1
+    if group:
+        pieces.append(_run_of(reader.block(group, len(moves))))
+    made = TargetList(reader.path, reader.text, KernelRuns(pieces), reader.specs, reader.failed, moves)
+    return _compacted(made) if len(made.kernels.runs) > MAX_RUNS or _waiting(made) > MAX_MOVES else made
+
+
+def _waiting(targets: TargetList) -> int:
+    """The most line moves a target's notes wait for."""
+    sinces = [
+        run.block.payload.since for run in targets.kernels.runs if isinstance(run.block.payload, _Found)
+    ]
+    return len(targets.moves) - min(sinces, default=len(targets.moves))
+
+
+def _has_fresh(kernels: KernelRuns) -> bool:
+    return any(run.block.payload is None for run in kernels.runs)
+
+
+def _run_of(block: KernelBlock) -> KernelRun:
+    return KernelRun(block, 0, len(block.kernels))
+
+
+def _found_again(
+    reader: _Reader, kernels: KernelRuns, moves: tuple[TextEdit, ...], move: TextEdit | None
+) -> list[int]:
+    """The kept kernels (by index, ascending) whose earlier target does not stand: one without an inferred
+    spec whose written spec is gone, one that a file next to this one now launches, and one whose inferred
+    spec cites a line that `move` (the edit, which moved lines after it) changed."""
+    again = set()
+    for number, run in enumerate(kernels.runs):
+        found = run.block.payload
+        if not isinstance(found, _Found):
+            continue
+        first, not_inferred = kernels.first_of(number), found.not_inferred
+        for at in not_inferred[
+            bisect.bisect_left(not_inferred, run.lo) : bisect.bisect_left(not_inferred, run.hi)
+        ]:
+            if not reader.kept(run.block.kernels[at].name):
+                again.add(first + at - run.lo)
+        if move is not None:
+            again.update(first + at - run.lo for at in _citing(found, moves, move) if run.lo <= at < run.hi)
+    for name in reader.inference.launched_elsewhere():
+        if not reader.kept(name):
+            again.update(kernels.named(name))
+    return sorted(again)
+
+
+def _citing(found: _Found, moves: tuple[TextEdit, ...], move: TextEdit) -> list[int]:
+    """The block's kernels whose inferred spec cites a line `move` changed, where their lines are before it
+    (after `moves` since the block's), found by bisection over the lines they cite."""
+    waiting, cited = moves[found.since :], found.cited
+    low = _first(len(cited), lambda i: _row_now(cited[i][0], waiting) >= move.start_line)
+    high = _first(len(cited), lambda i: _row_now(cited[i][0], waiting) > move.old_end_line)
+    return [at for _, at in cited[low:high]]
+
+
+def _row_now(row: int, moves: Sequence[TextEdit]) -> int:
+    """Where a (0-based) line is after `moves`, as _lines_moved moves what cites it; a line one of them
+    changed stays at its first line (what cites it was inferred again), so the answer keeps the order."""
+    for move in moves:
+        if row > move.old_end_line:
+            row += move.lines_by
+        elif row >= move.start_line:
+            row = move.start_line
+    return row
+
+
+def _first(count: int, holds: Callable[[int], bool]) -> int:
+    """The first index below `count` where `holds` (false, then true), else count."""
+    low, high = 0, count
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if holds(middle) else (middle + 1, high)
+    return low
+
+
+def _compacted(targets: TargetList) -> TargetList:
+    """The same targets in one block, each made, with no line moves waiting."""
+    made, entries = tuple(targets), []
+    for run in targets.kernels.runs:
+        found = run.block.payload
+        assert isinstance(found, _Found)
+        for at in range(run.lo, run.hi):
+            # A target holding its written spec has lost the one inferred before it.
+            written = targets.written(run.block.kernels[at].name)
+            entries.append(None if written else targets.entry(found, at))
+    not_inferred = tuple(at for at, entry in enumerate(entries) if entry is None)
+    block = KernelBlock([target.kernel for target in made], _Found(made, tuple(entries), not_inferred))
+    return TargetList(
+        targets.path, targets.source, KernelRuns([_run_of(block)]), targets.specs, targets.failed
+    )
+
+
+def kernel_runs(found: FileTargets) -> KernelRuns:
+    """The file's kernels as runs whose blocks carry their targets: what the next edit's load_targets
+    keeps (`EarlierRead.kernels`)."""
+    if isinstance(found.targets, TargetList):
+        return found.targets.kernels
+    targets = tuple(found.targets)
+    return KernelRuns.of([target.kernel for target in targets], _found(targets, found.inferred))
 
 
 def skipped_because(kernel: Kernel, step: str, error: Exception) -> str:
@@ -380,6 +777,11 @@ class _Inference:
         self._kept_inferred: Mapping[int, InferredSpec] | None = None  # see _kept
 
     @property
+    def inert(self) -> bool:
+        """Whether the tree was not parsed again after the edit (EarlierRead.inert)."""
+        return self._earlier is not None and self._earlier.inert
+
+    @property
     def host_facts(self) -> HostFacts | None:
         return self._host.facts if isinstance(self._host, _Host) else self._earlier_host
 
@@ -389,6 +791,8 @@ class _Inference:
                 self._host = _Host(
                     self.text, self.data, self.tree, self._kernels, self._earlier, self._earlier_host
                 )
+            except StaleTree:
+                raise
             except Exception as error:
                 self._host = error
         if isinstance(self._host, Exception):
@@ -421,11 +825,39 @@ class _Inference:
         """The specs inferred in the text before the edit, if the host code's facts are those they were
         inferred with (the same objects: kept by HostFacts.after or the memo); else none."""
         if self._kept_inferred is None:
-            earlier = self._earlier_host
-            same = earlier is not None and earlier.dependencies is host.dependencies
-            same = same and earlier is not None and earlier.typedefs is host.typedefs
-            self._kept_inferred = self._earlier_inferred if host.carried or same else {}
+            self._kept_inferred = self._earlier_inferred if self._same_facts(host) else {}
         return self._kept_inferred
+
+    def _same_facts(self, host: _Host) -> bool:
+        earlier = self._earlier_host
+        same = earlier is not None and earlier.dependencies is host.dependencies
+        return host.carried or (same and earlier is not None and earlier.typedefs is host.typedefs)
+
+    def keeps_earlier(self) -> bool:
+        """Whether every spec inferred in the text before the edit stands as it was inferred (but for the
+        lines it cites, which moved_lines says how to move): the host code's facts are those it was
+        inferred with."""
+        if self._earlier is None:
+            return False
+        try:
+            host = self.host()
+        except StaleTree:
+            raise
+        except Exception:  # each kernel then says so, as inferring it raises the same
+            return False
+        return self._same_facts(host)
+
+    def moved_lines(self) -> TextEdit | None:
+        """The edit, if it moved lines that what was inferred before cites (host facts carried)."""
+        host = self._host
+        moved = isinstance(host, _Host) and host.lines_moved and self._earlier is not None
+        return self._earlier.edit if moved and self._earlier is not None else None
+
+    def launched_elsewhere(self) -> frozenset[str]:
+        """The kernels that files next to this one launch and this file's host code does not: their specs
+        come from those files, read again each time."""
+        self._neighbours = self._neighbours or Neighbours(self.path)
+        return self._neighbours.names() - self.host().dependencies.keys()
 
 
 _CITED_LINE = re.compile(r"\bline (\d+)")

@@ -3,7 +3,9 @@ warnings (on save). Always published with the version of the text they describe.
 
 from __future__ import annotations
 
-from cuda_agent.agent.targets import KernelTarget
+from collections.abc import Sequence
+
+from cuda_agent.agent.targets import KernelTarget, TargetList
 from cuda_agent.server.backend import CompileProblem
 from cuda_agent.server.documents import Analysis, Document
 from cuda_agent.server.positions import byte_range, character_range, line_range, span_range
@@ -35,7 +37,41 @@ def spec_diagnostics(analysis: Analysis, kept: KernelDiagnostics | None = None) 
     ]
     broken_specs = {e.kernel for e in analysis.targets.spec_errors}
     kept = kept or KernelDiagnostics({})
-    for target in analysis.targets.targets:
+    targets = analysis.targets.targets
+    if isinstance(targets, TargetList):
+        return found + kept.by_runs(lines, targets, broken_specs)
+    for target in targets:
+        diagnostic = kept.of_target(lines, target, broken_specs)
+        if diagnostic is not None:
+            found.append(diagnostic)
+    return found
+
+
+# A kernel's diagnostic, by (id of the kernel as read, its name's line's text, message, code): the kernel as
+# read, the diagnostic, and its JSON split where its line goes.
+DiagnosticParts = dict[tuple[int, str, str, str], tuple[object, types.Diagnostic, list[str]]]
+# After an edit, a run of kernels' diagnostics, by (id of its block, its first and last kernel, its lines'
+# offset, the names in it with a spec written now): the block, and each diagnostic with its JSON.
+DiagnosticRuns = dict[tuple[object, ...], tuple[object, list[tuple[types.Diagnostic, str]]]]
+
+
+class KernelDiagnostics:
+    """The diagnostics on kernels' names for one publish, each with its JSON. Those of the publish before
+    (`earlier`) are taken again while the kernel as read, its name's line's text and the message are the
+    same, moved to the kernel's line now (making and encoding a 60,000-line file's thousand anew took
+    50 ms an edit, on the event loop); after an edit, a whole run of kernels the edit left alone takes its
+    diagnostics as they were (`earlier_runs`), while its lines and written specs are. `parts` and `runs`
+    are this publish's, for the next."""
+
+    def __init__(self, earlier: DiagnosticParts, earlier_runs: DiagnosticRuns | None = None) -> None:
+        self.earlier, self.parts = earlier, {}
+        self.earlier_runs, self.runs = earlier_runs or {}, {}
+        self._encoded: dict[int, str] = {}  # id of a diagnostic in parts -> its JSON
+
+    def of_target(
+        self, lines: Sequence[str], target: KernelTarget, broken_specs: set[str | None]
+    ) -> types.Diagnostic | None:
+        """The diagnostic on the kernel's name, if it has one: a failure of ours, or why it has no spec."""
         name = target.kernel.name
         if target.skipped and name:
             # Our failure, not the user's spec: a warning that says what this kernel lacks and why.
@@ -46,28 +82,40 @@ def spec_diagnostics(analysis: Analysis, kept: KernelDiagnostics | None = None) 
             message = f"{name}: {target.note} (see agent/spec/README.md for the format)"
             severity, source, code = types.DiagnosticSeverity.Information, f"{SOURCE} spec", "no-spec"
         else:
-            continue
-        found.append(kept.on_name(lines, target, message, severity, source, code))
-    return found
+            return None
+        return self.on_name(lines, target, message, severity, source, code)
 
-
-# A kernel's diagnostic, by (id of the kernel as read, its name's line's text, message, code): the kernel as
-# read, the diagnostic, and its JSON split where its line goes.
-DiagnosticParts = dict[tuple[int, str, str, str], tuple[object, types.Diagnostic, list[str]]]
-
-
-class KernelDiagnostics:
-    """The diagnostics on kernels' names for one publish, each with its JSON. Those of the publish before
-    (`earlier`) are taken again while the kernel as read, its name's line's text and the message are the
-    same, moved to the kernel's line now (making and encoding a 60,000-line file's thousand anew took
-    50 ms an edit, on the event loop). `parts` is this publish's, for the next."""
-
-    def __init__(self, earlier: DiagnosticParts) -> None:
-        self.earlier, self.parts = earlier, {}
-        self._encoded: dict[int, str] = {}  # id of a diagnostic in parts -> its JSON
+    def by_runs(
+        self, lines: Sequence[str], targets: TargetList, broken_specs: set[str | None]
+    ) -> list[types.Diagnostic]:
+        """The kernels' diagnostics, run by run: a run whose lines and written specs are those its
+        diagnostics were made with takes them again (a kept kernel's name, and what precedes it on its line,
+        are as they were: an edit there would have read it anew)."""
+        written = targets.specs.keys() | targets.failed | {name for name in broken_specs if name}
+        found: list[types.Diagnostic] = []
+        for number, run in enumerate(targets.kernels.runs):
+            key = (id(run.block), run.lo, run.hi, run.lines_by, frozenset(filter(run.holds, written)))
+            segment = self.earlier_runs.get(key)
+            if segment is None or segment[0] is not run.block:
+                pairs = []
+                first = targets.kernels.first_of(number)
+                for index in range(first, first + run.hi - run.lo):
+                    diagnostic = self.of_target(lines, targets[index], broken_specs)
+                    if diagnostic is not None:
+                        pairs.append((diagnostic, self._encoded[id(diagnostic)]))
+                segment = (run.block, pairs)
+            else:
+                for diagnostic, encoded in segment[1]:
+                    self._encoded[id(diagnostic)] = encoded
+            self.runs[key] = segment
+            found += [diagnostic for diagnostic, _ in segment[1]]
+        if len(self.earlier) + len(self.parts) <= 3 * len(targets) + 100:
+            # Runs taken whole made no parts: those kept before stay, for the runs an edit splits next.
+            self.parts = {**self.earlier, **self.parts}
+        return found
 
     def on_name(
-        self, lines: tuple[str, ...], target: KernelTarget, message: str,
+        self, lines: Sequence[str], target: KernelTarget, message: str,
         severity: types.DiagnosticSeverity, source: str, code: str,
     ) -> types.Diagnostic:  # fmt: skip
         kernel, read = target.kernel, target.kernel.read
@@ -158,9 +206,9 @@ def rewrite_diagnostics(document: Document, analysis: Analysis) -> list[types.Di
 
 def document_diagnostics(document: Document, analysis: Analysis) -> Encoded[types.Diagnostic]:
     """Every diagnostic of the document's text, with their JSON (see replies.py)."""
-    kept = KernelDiagnostics(document.diagnostic_parts)
+    kept = KernelDiagnostics(document.diagnostic_parts, document.diagnostic_runs)
     found = spec_diagnostics(analysis, kept)
-    document.diagnostic_parts = kept.parts
+    document.diagnostic_parts, document.diagnostic_runs = kept.parts, kept.runs
     compiled = document.current_compile()
     if compiled is not None and document.compiled_version == analysis.version:
         found += compile_diagnostics(analysis, compiled.problems, str(document.path))

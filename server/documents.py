@@ -11,15 +11,15 @@ import asyncio
 import bisect
 import itertools
 import logging
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.agent.kernels import EarlierRead, Kernel
-from cuda_agent.agent.parsing import parse_cuda, reparse
-from cuda_agent.agent.targets import FileTargets, KernelTarget, load_targets
+from cuda_agent.agent.kernels import EarlierRead, Kernel, StaleTree
+from cuda_agent.agent.parsing import Reparse, edit_in_comment, parse_cuda, reparse
+from cuda_agent.agent.targets import FileTargets, KernelTarget, TargetList, kernel_runs, load_targets
 from cuda_agent.server.backend import FileCompile, KernelResources
 from cuda_agent.server.positions import lines_after_edit, split_lines
 from cuda_agent.server.rewrites import OptimizeResult
@@ -36,19 +36,21 @@ class Parsed:
 
     data: bytes
     tree: Tree
-    kernels: tuple[Kernel, ...]
+    kernels: Sequence[Kernel]  # a KernelRuns: its blocks carry their targets (targets.kernel_runs)
     targets: FileTargets
-    lines: tuple[str, ...]
+    lines: Sequence[str]  # a tuple, or after typing a positions.Lines
+    # The comment the last edit was typed in, when the tree was not parsed again (parsing.edit_in_comment).
+    comment: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
 class Analysis:
     version: int
     targets: FileTargets
-    lines: tuple[str, ...]
+    lines: Sequence[str]  # a tuple, or after typing a positions.Lines
 
     def target_named(self, name: str) -> KernelTarget | None:
-        return next((t for t in self.targets.targets if t.kernel.name == name), None)
+        return self.targets.named(name)
 
     def target_at(self, line: int, byte_column: int) -> KernelTarget | None:
         """The kernel whose definition holds the position (0-based line, UTF-8 byte column)."""
@@ -60,11 +62,17 @@ class Analysis:
         return next(found, None)
 
     def on_line(self, line: int) -> Iterator[KernelTarget]:
-        """The kernels whose definitions span the line, in source order, found by bisection: hover and code
-        actions ask on every cursor move, and looking through a 50,000-line file's 2,700 kernels took 3 ms."""
-        starts, furthest = self.line_index
+        """The kernels whose definitions span the line (and, where kernels nest, some before it), in source
+        order, found by bisection: hover and code actions ask on every cursor move, and looking through a
+        50,000-line file's 2,700 kernels took 3 ms. After an edit, by the runs of kept kernels (an index of
+        every kernel's lines, made again for each edit, took 3 ms)."""
         targets = self.targets.targets
-        for index in range(bisect.bisect_left(furthest, line), bisect.bisect_right(starts, line)):
+        if isinstance(targets, TargetList):
+            indices = targets.kernels.on_line(line)
+        else:
+            starts, furthest = self.line_index
+            indices = range(bisect.bisect_left(furthest, line), bisect.bisect_right(starts, line))
+        for index in indices:
             yield targets[index]
 
     @cached_property
@@ -98,8 +106,12 @@ class Document:
     lens_parts: dict[tuple[str, int, bool], tuple[object, list[Any]]] = field(default_factory=dict)
     # Each kernel's lenses as JSON split where their line goes, by (name, spec inferred), with their result.
     lens_templates: dict[tuple[str, bool], tuple[object, list[str]]] = field(default_factory=dict)
-    # The kernels' diagnostics last published, with their JSON, for the next publish (diagnostics.py).
+    # After an edit, each run of kernels' lenses with their JSON, for the next text's (lenses.LensRuns).
+    lens_runs: dict[tuple[object, ...], Any] = field(default_factory=dict)
+    # The kernels' diagnostics last published, with their JSON, for the next publish; after an edit, also
+    # each run of kernels' (diagnostics.py).
     diagnostic_parts: dict[Any, Any] = field(default_factory=dict)
+    diagnostic_runs: dict[Any, Any] = field(default_factory=dict)
     _analysing: tuple[int, asyncio.Task[tuple[Analysis, Parsed | None]]] | None = None
     _parsed: Parsed | None = None  # the last analysed text, its tree and what was found in it
     _debounce: asyncio.Task[None] | None = None
@@ -125,23 +137,37 @@ def analyse(
     reparse from `previous`). Never raises: whatever the text, the server answers."""
     try:
         data = text.encode("utf-8")
+        comment = None
         if previous is not None:
-            # As one edit of the previous text: tree-sitter reparses only around it (~1 ms on 5,000
-            # lines, not ~30), and says which kernels' syntax changed.
-            edited = reparse(previous.data, previous.tree, data)
-            tree, earlier = edited.tree, EarlierRead(previous.kernels, edited.edit, edited.changed)
-            targets = load_targets(path, text, tree, earlier, previous.targets)
+            edited, targets = _after_edit(path, text, data, previous)
+            tree, comment = edited.tree, edited.comment
             lines = lines_after_edit(previous.lines, data, edited.edit)
         else:
             tree = parse_cuda(data)
-            targets, lines = load_targets(path, text, tree), split_lines(text)
+            targets, lines = load_targets(path, text, tree, data=data), split_lines(text)
     except Exception:  # tree-sitter and the spec parser are robust, but a crash here would be the server's
         logger.exception("analysing %s failed", path)
         return Analysis(version, FileTargets(path, text, (), ()), split_lines(text)), None
-    kernels = tuple(t.kernel for t in targets.targets)
     analysis = Analysis(version, targets, lines)
-    analysis.line_index  # noqa: B018 (made now, on this thread: the first hover after an edit needs it)
-    return analysis, Parsed(data, tree, kernels, targets, lines)
+    if not isinstance(targets.targets, TargetList):
+        analysis.line_index  # noqa: B018 (made now, on this thread: the first hover needs it)
+    return analysis, Parsed(data, tree, kernel_runs(targets), targets, lines, comment)
+
+
+def _after_edit(path: Path, text: str, data: bytes, previous: Parsed) -> tuple[Reparse, FileTargets]:
+    """The text as one edit of the previous one: tree-sitter reparses only around it (~1 ms on 5,000 lines,
+    not ~30) and says which kernels' syntax changed. An edit inside a comment between declarations is not
+    parsed at all, when nothing must be read anew from the tree (what was found before only moved)."""
+    edited = edit_in_comment(previous.data, previous.tree, data, previous.comment)
+    if edited is not None:
+        earlier = EarlierRead(previous.kernels, edited.edit, edited.changed, inert=True)
+        try:
+            return edited, load_targets(path, text, edited.tree, earlier, previous.targets, data=data)
+        except StaleTree:
+            pass
+    edited = reparse(previous.data, previous.tree, data)
+    earlier = EarlierRead(previous.kernels, edited.edit, edited.changed)
+    return edited, load_targets(path, text, edited.tree, earlier, previous.targets, data=data)
 
 
 def uri_path(uri: str) -> Path:

@@ -46,6 +46,13 @@ class Neighbours:
 
     def launching(self, kernel: str) -> list[tuple[Path, bytes]]:
         """(file, its bytes) for each file in the folder, then the one above, that launches `kernel`."""
+        return self._index().get(kernel, [])
+
+    def names(self) -> frozenset[str]:
+        """The kernels that those files launch."""
+        return frozenset(self._index())
+
+    def _index(self) -> dict[str, list[tuple[Path, bytes]]]:
         if self._launched is None:
             self._launched = {}
             # A buffer with no file of its own (untitled) has no folder to look in.
@@ -56,7 +63,7 @@ class Neighbours:
                 # (resolving a path for each of a big file's launches took most of an edit's analysis).
                 for name, files in _launches_in(folder, own).items():
                     self._launched.setdefault(name, []).extend(files)
-        return self._launched.get(kernel, [])
+        return self._launched
 
 
 def _launches_in(folder: Path, own: Path | None) -> dict[str, tuple[tuple[Path, bytes], ...]]:

@@ -36,21 +36,25 @@ _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 
 def parse_specs(
-    source: str | bytes, kernels: Sequence[Kernel], tree: Tree | None = None
+    source: str | bytes,
+    kernels: Sequence[Kernel],
+    tree: Tree | None = None,
+    markers: Sequence[int] | None = None,
 ) -> tuple[dict[str, KernelSpec], list[SpecError]]:
     """The valid specs by kernel name, and every error found in any spec comment of `source`. `kernels`:
     the file's, in source order (as `find_kernels` gives them).
 
     A kernel whose spec has errors is absent from the dict; its errors carry its name (SpecError.kernel),
     so a caller can tell "spec broken" (show the errors, do not run) from "no spec" (infer one).
-    `tree`: the file's tree-sitter parse when the caller has one (as for `find_kernels`).
+    `tree`: the file's tree-sitter parse when the caller has one (as for `find_kernels`); `markers`: where
+    the spec comments' marker occurs in it (source.marker_offsets), when the caller knows.
     """
     data = source.encode() if isinstance(source, str) else source
     index = LineIndex(data)
     specs: dict[str, KernelSpec] = {}
     claimed: dict[str, SpecComment] = {}  # kernel name -> the comment that holds its spec
     errors: list[SpecError] = []
-    for comment in find_spec_comments(data, tree, index):
+    for comment in find_spec_comments(data, tree, index, markers):
         try:
             kernel, spec, spec_errors = _parse_known(comment, kernels, index)
         except Exception as error:  # our bug: it costs this spec only, said where the comment starts

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -56,29 +57,58 @@ class SpecComment:
 
 
 def find_spec_comments(
-    source: str | bytes, tree: tree_sitter.Tree | None = None, index: LineIndex | None = None
+    source: str | bytes,
+    tree: tree_sitter.Tree | None = None,
+    index: LineIndex | None = None,
+    markers: Sequence[int] | None = None,
 ) -> list[SpecComment]:
     """Every block comment that starts with `/* cuda-agent`, in file order. `tree`: the file's parse;
-    `index`: its line index, when the caller has them."""
+    `index`: its line index; `markers`: where the marker occurs (`marker_offsets`), when the caller has
+    them."""
     data = source.encode() if isinstance(source, str) else source
     tree = tree or parse_cuda(data)
     index = index or LineIndex(data)
-    comments = [_spec_comment(node, index) for node in _marked_comments(data, tree)]
+    found = _marked_comments(tree, marker_offsets(data) if markers is None else markers)
+    comments = [_spec_comment(node, index) for node in found]
     return [comment for comment in comments if comment is not None]
 
 
-def _marked_comments(data: bytes, tree: tree_sitter.Tree) -> list[tree_sitter.Node]:
+_MARKER = MARKER.encode()
+
+
+def marker_offsets(data: bytes, start: int = 0, end: int | None = None) -> list[int]:
+    """Where the marker occurs in `data` (that starts in [start, end)), ascending."""
+    found, end = [], len(data) if end is None else end
+    at = data.find(_MARKER, start, end + len(_MARKER) - 1)
+    while at != -1:
+        found.append(at)
+        at = data.find(_MARKER, at + len(_MARKER), end + len(_MARKER) - 1)
+    return found
+
+
+def markers_after_edit(
+    markers: Sequence[int], data: bytes, start: int, old_end: int, new_end: int
+) -> list[int]:
+    """`marker_offsets(data)` for the text an edit of bytes [start, old_end) into [start, new_end) made from
+    one whose markers were `markers`: those away from the edit kept (moved), the edit's surroundings
+    searched again (a search of a 50,000-line file took 0.8 ms an edit)."""
+    reach = len(_MARKER) - 1  # a marker starting this far before the edit may overlap it
+    before = [at for at in markers[: bisect.bisect_left(markers, start - reach)]]
+    after = markers[bisect.bisect_left(markers, old_end) :]
+    around = marker_offsets(data, max(0, start - reach), new_end)
+    delta = new_end - old_end
+    return before + around + [at + delta for at in after]
+
+
+def _marked_comments(tree: tree_sitter.Tree, markers: Sequence[int]) -> list[tree_sitter.Node]:
     """The comment nodes that contain the marker, in file order: found from the marker's occurrences
     (bytes.find) rather than by visiting every comment of the file (a query over a 5,000-line file took
     10 ms, on every edit the language server analyses)."""
     found: dict[int, tree_sitter.Node] = {}
-    marker = MARKER.encode()
-    at = data.find(marker)
-    while at != -1:
-        node = tree.root_node.descendant_for_byte_range(at, at + len(marker))
+    for at in markers:
+        node = tree.root_node.descendant_for_byte_range(at, at + len(_MARKER))
         if node is not None and node.type == "comment":
             found.setdefault(node.start_byte, node)
-        at = data.find(marker, at + len(marker))
     return [found[start] for start in sorted(found)]
 
 
