@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import cached_property, partial
 from operator import attrgetter
-from typing import overload
 
-from cuda_agent.agent.memo import BoundedMemo
+from cuda_agent.agent.memo import BoundedMemo, MadeOnRead
 from cuda_agent.agent.parsing import TextEdit, ancestors, parse_cuda
 from tree_sitter import Node, Point, Tree
 
@@ -397,15 +396,15 @@ class KernelRun:
         return KernelRun(self.block, lo, hi, self.bytes_by + bytes_by, self.lines_by + lines_by)
 
 
-class KernelRuns(Sequence[Kernel]):
+class KernelRuns(MadeOnRead[Kernel]):
     """A file's kernels in source order, as runs of blocks read by earlier analyses: an edit moves the
     kernels below it by changing a run's offset, not by making every kernel again (2,700 of them in a
     50,000-line file took most of an edit's analysis). A kernel is made, moved, when asked for."""
 
     def __init__(self, runs: Sequence[KernelRun]) -> None:
+        super().__init__()
         self.runs = tuple(run for run in runs if run.hi > run.lo)
         self._offsets = list(itertools.accumulate((run.hi - run.lo for run in self.runs), initial=0))
-        self._made: dict[int, Kernel] = {}
         # In order when each block is and each run ends before the next starts.
         self.monotone = all(run.block.monotone for run in self.runs) and all(
             before.block.end_bytes[before.hi - 1] + before.bytes_by
@@ -424,24 +423,9 @@ class KernelRuns(Sequence[Kernel]):
     def __len__(self) -> int:
         return self._offsets[-1]
 
-    @overload
-    def __getitem__(self, index: int) -> Kernel: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Kernel]: ...
-
-    def __getitem__(self, index: int | slice) -> Kernel | list[Kernel]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        made = self._made.get(index)
-        if made is None:
-            run, at = self.locate(index)
-            made = self._made[index] = _moved_by(run.block.kernels[at], run.bytes_by, run.lines_by)
-        return made
+    def _make(self, index: int) -> Kernel:
+        run, at = self.locate(index)
+        return _moved_by(run.block.kernels[at], run.bytes_by, run.lines_by)
 
     def __iter__(self) -> Iterator[Kernel]:
         made, index = self._made, 0

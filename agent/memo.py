@@ -8,9 +8,10 @@ text they were computed from. Least recently used entries go first.
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Generic, TypeVar, overload
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -43,3 +44,35 @@ class BoundedMemo(Generic[K, V]):
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+T = TypeVar("T")
+
+
+class MadeOnRead(Sequence[T]):
+    """A sequence whose items are made when first read and kept: an edit's analysis then costs the items
+    it is asked for, not one for each of a big file's thousands. Subclasses give `__len__` and `_make`."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, T] = {}
+
+    @abstractmethod
+    def _make(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        made = self._made.get(index)
+        if made is None:
+            made = self._made[index] = self._make(index)
+        return made

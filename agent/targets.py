@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import overload
 
 from cuda_agent.agent.kernels import (
     EarlierRead,
@@ -23,7 +22,7 @@ from cuda_agent.agent.kernels import (
     StaleTree,
     find_kernels,
 )
-from cuda_agent.agent.memo import BoundedMemo
+from cuda_agent.agent.memo import BoundedMemo, MadeOnRead
 from cuda_agent.agent.parsing import TextEdit, parse_cuda
 from cuda_agent.agent.spec import (
     KernelSpec,
@@ -165,7 +164,7 @@ def _found(targets: Sequence[KernelTarget], inferred: Mapping[int, InferredSpec]
     return _Found(tuple(targets), entries, not_inferred, since)
 
 
-class TargetList(Sequence[KernelTarget]):
+class TargetList(MadeOnRead[KernelTarget]):
     """The targets of a text after an edit: each kernel's target as the analysis that read it found it,
     made for this text when asked for (its kernel moved, this source, the spec written for it now if any,
     the lines its inferred spec cites moved by the edits since): an edit then costs what it changed, not a
@@ -176,33 +175,18 @@ class TargetList(Sequence[KernelTarget]):
         self, path: Path, source: str, kernels: KernelRuns, specs: Mapping[str, KernelSpec],
         failed: frozenset[str], moves: tuple[TextEdit, ...] = (),
     ) -> None:  # fmt: skip
+        super().__init__()
         self.path, self.source, self.kernels = path, source, kernels
         self.specs, self.failed, self.moves = specs, failed, moves
-        self._made: dict[int, KernelTarget] = {}
 
     def __len__(self) -> int:
         return len(self.kernels)
 
-    @overload
-    def __getitem__(self, index: int) -> KernelTarget: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[KernelTarget]: ...
-
-    def __getitem__(self, index: int | slice) -> KernelTarget | list[KernelTarget]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        made = self._made.get(index)
-        if made is None:
-            run, at = self.kernels.locate(index)
-            found = run.block.payload
-            assert isinstance(found, _Found)
-            made = self._made[index] = self._made_for(found, at, self.kernels[index])
-        return made
+    def _make(self, index: int) -> KernelTarget:
+        run, at = self.kernels.locate(index)
+        found = run.block.payload
+        assert isinstance(found, _Found)
+        return self._made_for(found, at, self.kernels[index])
 
     def __iter__(self) -> Iterator[KernelTarget]:
         for index in range(len(self)):
