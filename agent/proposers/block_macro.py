@@ -15,6 +15,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from cuda_agent.agent.analysis.values import file_definitions
+from cuda_agent.agent.analysis.values import text as node_text
 from cuda_agent.agent.device_source import replace_span
 from cuda_agent.agent.kernels import Span
 from cuda_agent.agent.parsing import parse_cuda
@@ -46,7 +48,7 @@ def block_macro(target: KernelTarget, uses: dict[str, str]) -> BlockMacro | None
         return None
     block = target.spec.launch.block
     others = _read_elsewhere(tree)
-    for name, value in _numeric_defines(tree.root, tree).items():
+    for name, value in _numeric_defines(tree.root).items():
         how = uses.get(name) or _index_use(tree, name)
         if how is None or name in others:
             continue
@@ -90,18 +92,13 @@ def grid_with_block(launch: LaunchSpec, old: tuple[int, ...], macro: BlockMacro)
     return tuple(grid)
 
 
-def _numeric_defines(root: Node, tree: KernelTree) -> dict[str, int]:
+def _numeric_defines(root: Node) -> dict[str, int]:
+    """The file's `#define NAME 256`s (agent/analysis/values.py reads them), by name."""
     found: dict[str, int] = {}
-    for node in walk(root):
-        if node.type != "preproc_def":
-            continue
-        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
-        if name is None or value is None:
-            continue
-        written = tree.data[value.start_byte : value.end_byte].decode("utf-8").strip()
-        number = re.fullmatch(r"\(?\s*(\d+)[uU]?\s*\)?", written)
+    for name, value in file_definitions(root).constants.items():
+        number = re.fullmatch(r"\(?\s*(\d+)[uU]?\s*\)?", node_text(value).strip())
         if number is not None:
-            found[tree.text(name)] = int(number.group(1))
+            found[name] = int(number.group(1))
     return found
 
 

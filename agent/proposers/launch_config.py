@@ -71,10 +71,11 @@ def propose_launch_configs(target: KernelTarget) -> list[Candidate]:
         if macro is not None:
             grid = grid_with_block(target.spec.launch, current, macro)
             launch = replace(target.spec.launch, block=shape, grid=grid)
-            text = with_macro(target, macro, write_launch(target, launch).text, shape)
+            launched = write_launch(target, launch)
+            text = with_macro(target, macro, launched.text, shape)
             if text is None:
                 continue
-            written = SitesWritten(text, write_launch(target, launch).notes)
+            written = SitesWritten(text, launched.notes)
             description += f" with {macro.name} = {macro.value(shape)} (the block size, {macro.how})"
         elif tied is None:
             written = write_launch(target, replace(target.spec.launch, block=shape))
