@@ -21,6 +21,7 @@ from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Progress
 from cuda_agent.agent.proposers.rewrites import (
     contraction,
+    fuse_passes,
     inline_helper,
     promote,
     shared_loop,
@@ -43,9 +44,12 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     LAUNCH_CONFIG: ("launch-bounds",),
     warp_per_output.PROPOSER: (vector_loop.PROPOSER,),
     shared_loop.PROPOSER: (vector_loop.PROPOSER,),
+    # two passes made one leave a plain reduction, to split across lanes like any other
+    fuse_passes.PROPOSER: (warp_per_output.PROPOSER, y_split.PROPOSER),
     promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER, y_split.PROPOSER),
     # a helper's loop written out at its call is the kernel's own: every loop rewrite may take it
     inline_helper.PROPOSER: (
+        fuse_passes.PROPOSER,
         warp_per_output.PROPOSER,
         y_split.PROPOSER,
         promote.PROPOSER,
@@ -56,8 +60,17 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
 # but make the kernel another rewrite's (a sum moved into a register, a helper's loop written out), and
 # the lane split, whose strided loops are then worth vectorising. The combination that pays is measured
 # early instead of a round later, when the budget may be spent.
-CHAINED = (promote.PROPOSER, inline_helper.PROPOSER, warp_per_output.PROPOSER, shared_loop.PROPOSER)
+CHAINED = (
+    promote.PROPOSER,
+    inline_helper.PROPOSER,
+    fuse_passes.PROPOSER,
+    warp_per_output.PROPOSER,
+    shared_loop.PROPOSER,
+)
 CHAINED_PER_PROPOSER = 2  # of each such proposer's candidates, how many get their follow-ups at once
+# A chain's follow-up that is itself chained gets its own follow-ups too (a helper written out, its two
+# passes fused, the pass split across lanes, its loads vectorised), this many steps deep at most.
+CHAINED_DEPTH = 3
 
 
 @dataclass(frozen=True)
@@ -270,16 +283,25 @@ def _first_round(
 
 
 def _chained(
-    original: KernelTarget, proposers: Mapping[str, Proposer], base: Candidate, notes: list[str]
+    original: KernelTarget,
+    proposers: Mapping[str, Proposer],
+    base: Candidate,
+    notes: list[str],
+    depth: int = 1,
 ) -> list[list[Candidate]]:
     base_target = _reloaded(original, base)
     if base_target is None:
         return []
     groups = []
     for name in FOLLOW_UPS.get(lineage(base)[-1], ()):
-        if name in proposers:
-            steps = _propose(name, proposers[name], base_target, notes)
-            groups.append([combine(base, step, base_target, original) for step in steps])
+        if name not in proposers:
+            continue
+        steps = _propose(name, proposers[name], base_target, notes)
+        combined = [combine(base, step, base_target, original) for step in steps]
+        groups.append(combined)
+        if name in CHAINED and depth < CHAINED_DEPTH:
+            for further in combined[:CHAINED_PER_PROPOSER]:
+                groups += _chained(original, proposers, further, notes, depth + 1)
     return groups
 
 

@@ -45,7 +45,8 @@ def test_a_helpers_loop_is_written_out_with_its_clashing_local_renamed() -> None
 def test_then_the_maximum_and_the_search_for_it_are_both_split() -> None:
     target = row_argmax()
     (inlined,) = inline_helper.propose(target)
-    warp = warp_per_output.propose(then(target, inlined))[0]
+    split = warp_per_output.propose(then(target, inlined))
+    warp = next(c for c in split if c.description.startswith("one warp per r, block 256"))
     body = body_of(warp, "row_argmax")
     assert "for (int i = lane; i < n; i += 32) best_ = fmaxf(best_, row[i]);" in body
     assert "for (int c = lane; c < cols; c += 32) {" in body and "found = true;\n            break;" in body

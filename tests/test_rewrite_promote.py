@@ -40,7 +40,8 @@ def test_gesummvs_two_sums_in_memory_become_registers_and_then_a_warp_a_row() ->
     assert "tmp_sum += A[i * n + j] * x[j];" in body and "tmp[i] = tmp_sum;" in body
     assert any("not also reached through another pointer" in a for a in candidate.assumptions)
     assert compile_kernel(device_source(candidate.source), "gesummv").ok
-    warp = warp_per_output.propose(then(target, candidate))[0]
+    split_rows = warp_per_output.propose(then(target, candidate))
+    warp = next(c for c in split_rows if c.description.startswith("one warp per i"))
     split = body_of(warp, "gesummv")
     assert "for (int j = lane; j < n; j += 32) {" in split
     assert "if (lane == 0) y[i] = ALPHA * tmp[i] + BETA * y[i];" in split  # lane 0 reads its own stores

@@ -28,7 +28,8 @@ def gemv_transposed() -> KernelTarget:
 def test_a_column_walk_is_split_across_threads_along_y() -> None:
     target = gemv_transposed()
     candidates = y_split.propose(target)
-    assert [c.launch.block for c in candidates if c.launch] == [(32, 8), (32, 32)]
+    assert [c.launch.block for c in candidates if c.launch] == [(32, 8), (32, 32), (16, 64)]
+    assert [c.launch.grid[0] for c in candidates if c.launch][1:] == ["ceil_div(N, 32)", "ceil_div(N, 16)"]
     body = body_of(candidates[0], "gemv_transposed")
     assert "const bool inside = col <= N - 1;" in body  # the check as written, now a flag
     assert "for (int row = threadIdx.y; row < M; row += blockDim.y) {" in body
@@ -42,10 +43,12 @@ def test_a_column_argmax_merges_positions_in_order() -> None:
     kernel = ARGMAX.replace("x[IDX(r, c, cols)]", "x[IDX(c, r, rows)]").replace(
         "float best = x[IDX(r, 0, cols)];", "float best = x[IDX(0, r, rows)];"
     )
-    (first, _) = y_split.propose(_target(kernel.replace("{cmp}", ">"), "row_argmax"))
+    (first, _, narrow) = y_split.propose(_target(kernel.replace("{cmp}", ">"), "row_argmax"))
     body = body_of(first, "row_argmax")
     assert "int arg_partial[8][32]" in body and "other_at < arg" in body
-    assert compile_kernel(device_source(first.source), "row_argmax").ok
+    assert "int arg_partial[64][16]" in body_of(narrow, "row_argmax")
+    for candidate in (first, narrow):
+        assert compile_kernel(device_source(candidate.source), "row_argmax").ok
 
 
 @pytest.mark.parametrize(

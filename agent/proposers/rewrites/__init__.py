@@ -9,6 +9,7 @@ from collections.abc import Callable
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites import (
     contraction,
+    fuse_passes,
     inline_helper,
     promote,
     shared_loop,
@@ -28,6 +29,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     promote.PROPOSER: promote.propose,
     inline_helper.PROPOSER: inline_helper.propose,
     shared_loop.PROPOSER: shared_loop.propose,
+    fuse_passes.PROPOSER: fuse_passes.propose,
 }
 
 __all__ = ["REWRITE_PROPOSERS"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.proposers.tree import KernelTree, size_expression
+from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 
 
 class NotInSizes(Exception):
@@ -86,3 +87,15 @@ def _renamed(text: str, names: dict[str, str]) -> str:
 def as_factor(expression: str) -> str:
     """`(n - 2)` for a sum, `n * 2` or `rows` as they are: ready to be multiplied or divided."""
     return f"({expression})" if any(op in expression for op in "+-/%") else expression
+
+
+def at_benchmark(tree: KernelTree, form: Form) -> int | None:
+    """The form's value at the spec's benchmark sizes (a loop's trip count there), or None where it is
+    not made of sizes."""
+    spec = tree.target.spec
+    if spec is None:
+        return None
+    try:
+        return evaluate(bound_terms(tree, form)[1], spec.sizes)
+    except (NotInSizes, ExpressionError, ArithmeticError):
+        return None

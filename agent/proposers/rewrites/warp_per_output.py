@@ -17,6 +17,7 @@ and full-mask shuffles are safe.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import zip_longest
 
 from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.facts import (
@@ -27,7 +28,7 @@ from cuda_agent.agent.analysis.facts import (
 from cuda_agent.agent.analysis.forms import LANE, Form
 from cuda_agent.agent.analysis.values import unwrap
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
+from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, at_benchmark, bound_terms
 from cuda_agent.agent.proposers.rewrites._combine import (
     BLOCK,
     Unsupported,
@@ -54,6 +55,9 @@ PROPOSER = "rewrite:warp-per-output"
 # dimension of 64) where 32 lanes would idle; 4 warps a block suits outputs that are few; BLOCK is a whole
 # block per output, for rows so long (a vocabulary) that a warp each would leave the GPU half idle.
 SHAPES = ((32, 256), (32, 128), (8, 256), (BLOCK, 256), (BLOCK, 1024))
+# A split loop this long (at the benchmark's sizes) puts a block per output first: a warp's loads in
+# flight are too few to cover the memory's latency, a block's 32 warps are not.
+LONG_LOOP = 8192
 
 
 class _Unsupported(Exception):
@@ -99,6 +103,13 @@ def propose(target: KernelTarget) -> list[Candidate]:
                 assumptions=assumptions,
             )
         )
+    trips = [at_benchmark(tree, loop.trip) if loop.trip is not None else None for loop in distributed]
+    if trips and all(t is not None and t >= LONG_LOOP for t in trips):
+        # the largest block first, then a block and a warp in turn: the first two (the ones the search
+        # takes further at once) are one of each
+        blocks = [c for (width, _), c in zip(SHAPES, candidates, strict=True) if width == BLOCK][::-1]
+        warps = [c for c in candidates if c not in blocks]
+        candidates = [c for pair in zip_longest(blocks, warps) for c in pair if c is not None]
     return candidates
 
 

@@ -5,10 +5,10 @@ Driven by the analysis: one global index along x bounded by the check, one loop 
 independent with reductions of a known combine, and every access in it either the same for all threads
 (a vector) or one element apart between neighbouring threads (a column walk: `A[row * n + col]`,
 `x[i * cols + j]`). Such a kernel is coalesced but has only as many threads as outputs, each with the
-whole loop to itself (y = Aᵀx over 4096 columns: 4096 threads). Here a block holds 32 outputs along x
-and 8 or 32 threads along y; each takes every 8th (32nd) iteration, and thread y = 0 merges the partial
-results in order and runs the statements after the loop. The bounds check becomes a flag, so every
-thread of a block reaches the barrier.
+whole loop to itself (y = Aᵀx over 4096 columns: 4096 threads). Here a block holds 32 (or 16) outputs
+along x and 8, 32 or 64 threads along y; each takes every 8th (32nd, 64th) iteration, and thread y = 0
+merges the partial results in order and runs the statements after the loop. The bounds check becomes
+a flag, so every thread of a block reaches the barrier.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
 
 PROPOSER = "rewrite:y-split"
-HEIGHTS = (8, 32)  # threads along y sharing each output's loop (blocks of 256 and 1024)
+# (outputs a block along x, threads along y sharing each output's loop): blocks of 256 and 1024 threads
+# whose warps read 128 contiguous bytes; and 16 outputs a block (a warp reads two 64-byte pieces) for
+# outputs so few that blocks of 32 would leave SMs idle (4096 columns: 128 blocks for 132 SMs).
+SHAPES = ((32, 8), (32, 32), (16, 64))
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -44,14 +47,14 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return [
             build_candidate(
                 tree,
-                body=_body(tree, facts, loop, height),
-                launch=LaunchSpec(block=(32, height), grid=(f"ceil_div({outputs}, 32)", "1")),
-                description=f"32 outputs a block, the loop over {loop.variable} split across {height} "
+                body=_body(tree, facts, loop, width, height),
+                launch=LaunchSpec(block=(width, height), grid=(f"ceil_div({outputs}, {width})", "1")),
+                description=f"{width} outputs a block, the loop over {loop.variable} split across {height} "
                 "threads along y, partial results merged through shared memory",
                 proposer=PROPOSER,
                 assumptions=_assumptions(tree, loop),
             )
-            for height in HEIGHTS
+            for width, height in SHAPES
         ]
     except Unsupported:
         return []
@@ -105,7 +108,7 @@ def _assumptions(tree: KernelTree, loop: Loop) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, height: int) -> str:
+def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, width: int, height: int) -> str:
     """The kernel's statements in order, the bounds check as a flag: the loop for in-range outputs, the
     merge for every thread, then the statements after the loop for thread y = 0 of in-range outputs."""
     guard = facts.guard
@@ -144,7 +147,7 @@ def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, height: int) -> str:
     lines += [unit + line for line in prefix]
     lines += [unit + line for line in _split_loop(tree, loop).split("\n")]
     lines.append("}")
-    lines += _merged(tree, loop, names, height)
+    lines += _merged(tree, loop, names, width, height)
     lines.append(f"if ({names['inside']} && threadIdx.y == 0) {{")
     lines += [unit + line for line in prefix + after]
     lines.append("}")
@@ -164,7 +167,7 @@ def _split_loop(tree: KernelTree, loop: Loop) -> str:
     return "\n".join(line[len(indent) :] if line.startswith(indent) else line for line in source.split("\n"))
 
 
-def _merged(tree: KernelTree, loop: Loop, names: dict[str, str], height: int) -> list[str]:
+def _merged(tree: KernelTree, loop: Loop, names: dict[str, str], width: int, height: int) -> list[str]:
     """Each thread's partial results through shared memory; thread y = 0 merges them in order."""
     unit = tree.indent_unit()
     lines = ["// the threads along y hold partial results: thread y = 0 merges them in order", "{"]
@@ -174,7 +177,9 @@ def _merged(tree: KernelTree, loop: Loop, names: dict[str, str], height: int) ->
         others, merging, _, _ = merge(tree, reduction, names, kind)
         merges.append((others, merging))
         for _, other_kind, accumulator in others:
-            lines.append(f"{unit}__shared__ {other_kind} {accumulator}_{names['partial']}[{height}][32];")
+            lines.append(
+                f"{unit}__shared__ {other_kind} {accumulator}_{names['partial']}[{height}][{width}];"
+            )
     for others, _ in merges:
         for _, _, accumulator in others:
             lines.append(f"{unit}{accumulator}_{names['partial']}[threadIdx.y][threadIdx.x] = {accumulator};")

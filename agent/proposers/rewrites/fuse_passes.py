@@ -1,0 +1,374 @@
+"""Two passes over the same values, the second reading the first's maximum -> one pass.
+
+Driven by the analysis: a loop that reduces values to their maximum (or minimum), followed by a loop over
+the same range that reads the same values again and uses that maximum only through them, is fused
+where the pair is one known reduction:
+- a sum of `exp(v - max)` is the online softmax's normaliser: the sum is rescaled whenever the maximum
+  grows (`cross-entropy`, `softmax`, `logsumexp` written in two passes);
+- the first position where `v == max` is an argmax keeping the first position (`argmin` alike): the
+  greedy decoder's "find the largest logit, then find where it is".
+The values are then read once instead of twice, and the fused loop is an ordinary reduction that the
+lane and block splits (`warp_per_output`) take further. Between the two loops only copies of the
+maximum and the second loop's starting values may stand; the latter move above the first loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis.facts import FIND_FIRST, MAX, MIN, SUM, Loop, Reduction
+from cuda_agent.agent.analysis.forms import Form
+from cuda_agent.agent.analysis.values import text, unwrap
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites._combine import declared_type
+from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, fresh_names, statements, walk
+from cuda_agent.agent.targets import KernelTarget
+from tree_sitter import Node
+
+PROPOSER = "rewrite:fuse-passes"
+_EXPONENTIALS = frozenset({"expf", "__expf", "exp"})
+_EXTREMES = {"fmaxf": MAX, "fmax": MAX, "max": MAX, "fminf": MIN, "fmin": MIN, "min": MIN}
+# Starting values whose move above the first loop changes nothing: numbers and constants (`-INFINITY`).
+_CONSTANT_NODES = frozenset({"number_literal", "true", "false", "null", "unary_expression"})
+
+
+class _Unsupported(Exception):
+    """The two loops are not a pair this rewrite fuses; the message says why (for debugging)."""
+
+
+@dataclass(frozen=True)
+class _First:
+    loop: Loop
+    extreme: str  # the accumulator holding the maximum (minimum)
+    combine: str  # MAX or MIN
+    value: Node  # the value folded in, as the first loop spells it
+
+
+def propose(target: KernelTarget) -> list[Candidate]:
+    found = analysed(target)
+    if found is None:
+        return []
+    tree, facts = found
+    if facts.barriers or facts.atomics:
+        return []
+    top = [loop for loop in facts.loops if loop.depth == 0]
+    for index, loop in enumerate(top):
+        first = _first_pass(tree, facts, loop)
+        if first is None:
+            continue
+        for second in top[index + 1 :]:
+            try:
+                edits, what, assumption = _fused(tree, facts, first, second)
+            except _Unsupported:
+                continue
+            return [
+                candidate_from(
+                    target,
+                    tree.apply_to_file(edits),
+                    description=f"{what} over {loop.variable} in one pass instead of two",
+                    proposer=PROPOSER,
+                    assumptions=(assumption,),
+                )
+            ]
+    return []
+
+
+def _first_pass(tree: KernelTree, facts: KernelFacts, loop: Loop) -> _First | None:
+    """A loop whose only work is folding one value into a maximum (minimum), reading without writing."""
+    if loop.carried or len(loop.reductions) != 1 or _writes(facts, loop):
+        return None
+    (reduction,) = loop.reductions
+    if reduction.combine not in (MAX, MIN):
+        return None
+    body = [s for s in statements(loop.body) if s.type != "declaration"]
+    if len(body) != 1:
+        return None
+    value = _folded_value(tree, reduction)
+    return _First(loop, reduction.accumulators[0], reduction.combine, value) if value is not None else None
+
+
+def _folded_value(tree: KernelTree, reduction: Reduction) -> Node | None:
+    """`v` of `m = fmaxf(m, v)`, `m = v > m ? v : m` or `if (v > m) m = v;`."""
+    (node,) = reduction.statements
+    right = node.child_by_field_name("right") if node.type == "assignment_expression" else None
+    if right is None:
+        return None
+    right = unwrap(right)
+    name = reduction.accumulators[0]
+    if right.type == "call_expression":
+        arguments = right.child_by_field_name("arguments")
+        args = [a for a in arguments.named_children if a.type != "comment"] if arguments else []
+        others = [a for a in args if not _is(a, name)]
+        return others[0] if len(args) == 2 and len(others) == 1 else None
+    if right.type == "conditional_expression":
+        arms = [right.child_by_field_name(f) for f in ("consequence", "alternative")]
+        others = [a for a in arms if a is not None and not _is(a, name)]
+        return others[0] if len(others) == 1 else None
+    return right  # the guarded assignment: the value assigned
+
+
+def _fused(tree: KernelTree, facts: KernelFacts, first: _First, second: Loop) -> tuple[list[Edit], str, str]:
+    loop = first.loop
+    if (second.start, second.bound, second.step) != (loop.start, loop.bound, loop.step):
+        raise _Unsupported("not the same range")
+    if second.carried or len(second.reductions) != 1 or _writes(facts, second):
+        raise _Unsupported("the second loop does more than one reduction")
+    (reduction,) = second.reductions
+    between, outer = _between(tree, loop, second)
+    aliases, hoisted = _classified(between, outer, first.extreme, reduction)
+    declared_between = {_declared_name(s) for s in between if s.type == "declaration"}
+    read = {text(n) for n in walk(second.body) if n.type == "identifier"}
+    if read & (declared_between - aliases - set(reduction.accumulators)):
+        raise _Unsupported("the second loop reads what is computed between the loops")
+    if len(statements(second.body)) != 1:
+        raise _Unsupported("the second loop does more than its update")
+    (statement,) = statements(second.body)
+    same = _SameValue(tree, facts, first, second, aliases)
+    kind = declared_type(tree, first.extreme) or "float"
+    taken = tree.names()
+    (v,) = fresh_names(taken, "v")
+    m = first.extreme
+    if reduction.combine == FIND_FIRST:
+        at = _found_position(tree, statement, reduction, same)
+        better = ">" if first.combine == MAX else "<"
+        body = [f"{kind} {v} = {tree.text(first.value)};", f"if ({v} {better} {m}) {{", f"{m} = {v};"]
+        body += [f"{reduction.accumulators[0]} = {at};", "}"]
+        what = f"the {'largest' if first.combine == MAX else 'smallest'} value and its first position"
+        assumption = f"some value passes {m}'s start (else the position keeps its own start)"
+    elif reduction.combine == SUM and first.combine == MAX:
+        exp = _exponential_of_shift(statement, reduction, same)
+        s = reduction.accumulators[0]
+        body = [f"{kind} {v} = {tree.text(first.value)};", f"if ({v} > {m}) {{", f"{s} *= {exp}({m} - {v});"]
+        body += [f"{m} = {v};", "}", f"{s} += {exp}({v} - {m});"]
+        what = "the maximum and the sum of exponentials"
+        assumption = f"the sum into {s} is rescaled as the maximum grows (within the spec's tolerance)"
+    else:
+        raise _Unsupported("no one-pass form of this pair")
+    return _edits(tree, first, second, body, hoisted, outer), what, assumption
+
+
+def _writes(facts: KernelFacts, loop: Loop) -> bool:
+    return any(a.write for a in facts.accesses_in(loop)) or any(
+        loop.node.start_byte <= n.start_byte < loop.node.end_byte for n in facts.unmodelled
+    )
+
+
+def _between(tree: KernelTree, first: Loop, second: Loop) -> tuple[list[Node], Node]:
+    """The statements run between the loops, and the statement of the second loop's block that holds the
+    first (the first loop itself, or a plain `{ }` block around it: a helper written out)."""
+    block = second.node.parent
+    if block is None or block.type != "compound_statement":
+        raise _Unsupported("the second loop is not a statement of a block")
+    found: list[Node] = []
+    node = first.node
+    while node.parent != block:
+        parent = node.parent
+        if parent is None or parent.type != "compound_statement":
+            raise _Unsupported("the first loop runs under a condition or another loop")
+        found += [s for s in statements(parent) if s.start_byte > node.start_byte]
+        node = parent
+    found += [s for s in statements(block) if node.end_byte <= s.start_byte < second.node.start_byte]
+    return found, node
+
+
+def _classified(
+    between: list[Node], outer: Node, extreme: str, reduction: Reduction
+) -> tuple[set[str], list[Node]]:
+    """(the names holding a copy of the maximum, the second loop's starting declarations to move up)."""
+    aliases, hoisted = {extreme}, []
+    accumulators = set(reduction.accumulators)
+    for statement in between:
+        if any(n.type in ("call_expression", "update_expression") for n in walk(statement)):
+            raise _Unsupported("a call or an update between the loops")
+        names = {text(n) for n in walk(statement) if n.type == "identifier"}
+        declared = _declared_name(statement) if statement.type == "declaration" else None
+        if declared in accumulators and statement.parent == outer.parent and _constant_start(statement):
+            hoisted.append(statement)
+            continue
+        if names & accumulators:
+            raise _Unsupported("a statement between the loops reads or sets the second loop's result")
+        copy = _copy(statement)
+        if copy is not None and copy[1] in aliases:
+            aliases.add(copy[0])
+        elif statement.type != "declaration":
+            raise _Unsupported("a statement between the loops the fusion would reorder")
+    return aliases, hoisted
+
+
+def _copy(statement: Node) -> tuple[str, str] | None:
+    """(copy, original) of `T b = a;` or `b = a;`."""
+    if statement.type == "declaration":
+        declarators = statement.children_by_field_name("declarator")
+        value = declarators[0].child_by_field_name("value") if len(declarators) == 1 else None
+        name = declarators[0].child_by_field_name("declarator") if len(declarators) == 1 else None
+        if (
+            value is not None
+            and name is not None
+            and name.type == "identifier"
+            and unwrap(value).type == "identifier"
+        ):
+            return text(name), text(unwrap(value))
+        return None
+    expression = unwrap(statement.named_children[0]) if statement.named_children else None
+    if expression is None or expression.type != "assignment_expression":
+        return None
+    left, operator, right = (expression.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or right is None or operator is None or operator.type != "=":
+        return None
+    left, right = unwrap(left), unwrap(right)
+    return (text(left), text(right)) if left.type == right.type == "identifier" else None
+
+
+def _declared_name(declaration: Node) -> str | None:
+    declarators = declaration.children_by_field_name("declarator")
+    if len(declarators) != 1:
+        return None
+    inner: Node | None = declarators[0]
+    while inner is not None and inner.type != "identifier":
+        inner = inner.child_by_field_name("declarator")
+    return text(inner) if inner is not None else None
+
+
+def _constant_start(declaration: Node) -> bool:
+    (declarator,) = declaration.children_by_field_name("declarator")
+    value = declarator.child_by_field_name("value")
+    return value is None or all(
+        n.type in _CONSTANT_NODES or not n.is_named or (n.type == "identifier" and text(n).isupper())
+        for n in walk(unwrap(value))
+    )
+
+
+class _SameValue:
+    """Whether an expression of the second loop is the first loop's value at the same iteration: every
+    load the same element (the analysis's offsets, the loop variables identified), every other name
+    the same, a copy of the maximum read as the maximum."""
+
+    def __init__(self, tree: KernelTree, facts: KernelFacts, first: _First, second: Loop, aliases: set[str]):
+        self.tree, self.first, self.second, self.aliases = tree, first, second, aliases
+        self.places = {(a.node.start_byte, a.node.end_byte): a for a in facts.accesses if a.read}
+        self.expected = self._normalised(first.value, first.loop.variable, None)
+
+    def __call__(self, node: Node) -> bool:
+        rename = Form.atom(self.first.loop.variable)
+        return self._normalised(node, self.second.variable, rename) == self.expected
+
+    def is_extreme(self, node: Node) -> bool:
+        node = unwrap(node)
+        return node.type == "identifier" and text(node) in self.aliases
+
+    def _normalised(self, node: Node, variable: str, rename: Form | None) -> str:
+        def substitute(child: Node) -> str | None:
+            access = self.places.get((child.start_byte, child.end_byte))
+            if access is not None:
+                offset = access.offset if rename is None else access.offset.substitute(variable, rename)
+                return f"⟨{access.array}@{offset.text()}⟩"
+            if child.type == "identifier" and text(child) == variable:
+                return "⟨k⟩"
+            return None
+
+        return "".join(self.tree.substituted(unwrap(node), substitute).split())
+
+
+def _found_position(tree: KernelTree, statement: Node, reduction: Reduction, same: _SameValue) -> str:
+    """The position a `if (v == max) { at = k; break; }` search takes, in the first loop's variable."""
+    condition = statement.child_by_field_name("condition")
+    compared = (
+        unwrap(condition.named_children[0]) if condition is not None and condition.named_children else None
+    )
+    operator = compared.child_by_field_name("operator") if compared is not None else None
+    if compared is None or operator is None or operator.type != "==":
+        raise _Unsupported("the search is not for the maximum itself")
+    left, right = compared.child_by_field_name("left"), compared.child_by_field_name("right")
+    assert left is not None and right is not None
+    if not ((same(left) and same.is_extreme(right)) or (same(right) and same.is_extreme(left))):
+        raise _Unsupported("the search compares something else")
+    consequence = statement.child_by_field_name("consequence")
+    assert consequence is not None
+    taken = next(s for s in statements(consequence) if s.type == "expression_statement")
+    value = unwrap(taken.named_children[0]).child_by_field_name("right")
+    assert value is not None
+    if any(same.is_extreme(n) for n in walk(value)):
+        raise _Unsupported("the position reads the maximum")
+    old, new = same.second.variable, same.first.loop.variable
+    return tree.substituted(value, lambda n: new if n.type == "identifier" and text(n) == old else None)
+
+
+def _exponential_of_shift(statement: Node, reduction: Reduction, same: _SameValue) -> str:
+    """The exponential's name when the sum's term is `exp(v - max)`, v the first loop's value."""
+    (update,) = reduction.statements
+    operator, right = update.child_by_field_name("operator"), update.child_by_field_name("right")
+    if operator is None or right is None or operator.type != "+=" or update.parent != statement:
+        raise _Unsupported("not `s += term`")
+    call = unwrap(right)
+    function = call.child_by_field_name("function") if call.type == "call_expression" else None
+    arguments = call.child_by_field_name("arguments")
+    args = [a for a in arguments.named_children if a.type != "comment"] if arguments else []
+    if function is None or text(function) not in _EXPONENTIALS or len(args) != 1:
+        raise _Unsupported("the term is not an exponential")
+    shift = unwrap(args[0])
+    operator = shift.child_by_field_name("operator") if shift.type == "binary_expression" else None
+    left, right = shift.child_by_field_name("left"), shift.child_by_field_name("right")
+    if operator is None or operator.type != "-" or left is None or right is None:
+        raise _Unsupported("the exponential is not of a shifted value")
+    if not (same(left) and same.is_extreme(right)):
+        raise _Unsupported("the exponential is not of the value less the maximum")
+    return text(function)
+
+
+def _edits(
+    tree: KernelTree, first: _First, second: Loop, body: list[str], hoisted: list[Node], outer: Node
+) -> list[Edit]:
+    """The first loop's body replaced by the fused one, the second loop and the moved starts deleted, the
+    starts written above the statement that holds the first loop."""
+    loop = first.loop
+    indent = tree.indent_at(loop.node.start_byte)
+    unit = tree.indent_unit()
+    inner = indent + unit
+    lines, depth = [], 0
+    for line in body:
+        depth -= line.startswith("}")
+        lines.append(inner + unit * depth + line)
+        depth += line.endswith("{")
+    kept = [s for s in statements(loop.body) if s.type == "declaration"]
+    new_body = "{\n" + "".join(inner + tree.text(s) + "\n" for s in kept) + "\n".join(lines) + f"\n{indent}}}"
+    edits: list[Edit] = [(loop.body.start_byte, loop.body.end_byte, new_body)]
+    edits += [
+        _deleted_line(tree, node) for node in (*hoisted, *_comments_above(tree, second.node), second.node)
+    ]
+    if hoisted:
+        above = tree.indent_at(outer.start_byte)
+        moved = "".join(tree.text(s) + f"\n{above}" for s in hoisted)
+        edits.append((outer.start_byte, outer.start_byte, moved))
+    return edits
+
+
+def _deleted_line(tree: KernelTree, node: Node) -> Edit:
+    """The node with the whitespace before it on its line and the line break after it."""
+    start = tree.data.rfind(b"\n", 0, node.start_byte) + 1
+    if tree.data[start : node.start_byte].strip():
+        start = node.start_byte
+    end = node.end_byte
+    if tree.data[end : end + 1] == b"\n":
+        end += 1
+    return start, end, ""
+
+
+def _comments_above(tree: KernelTree, node: Node) -> list[Node]:
+    """The comment lines right above a statement (what they say goes with it)."""
+    found = []
+    previous = node.prev_sibling
+    while previous is not None and previous.type == "comment" and tree.starts_line(previous):
+        if (
+            tree.data[previous.end_byte : found[-1].start_byte if found else node.start_byte].count(b"\n")
+            != 1
+        ):
+            break
+        found.append(previous)
+        previous = previous.prev_sibling
+    return found
+
+
+def _is(node: Node, name: str) -> bool:
+    node = unwrap(node)
+    return node.type == "identifier" and text(node) == name
