@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites import (
+    block_coarsen,
     contraction,
     fuse_passes,
     inline_helper,
@@ -30,6 +31,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     inline_helper.PROPOSER: inline_helper.propose,
     shared_loop.PROPOSER: shared_loop.propose,
     fuse_passes.PROPOSER: fuse_passes.propose,
+    block_coarsen.PROPOSER: block_coarsen.propose,
 }
 
 __all__ = ["REWRITE_PROPOSERS"]

@@ -99,7 +99,7 @@ def _solos(tree: KernelTree, facts: KernelFacts) -> list[_Solo]:
     """Each top-level `if` on thread 0 that every thread of the block reaches (a return before it only
     under a condition the whole block shares), starting with declarations and counted loops."""
     found: list[_Solo] = []
-    zero = _thread_zero_names(facts)
+    zero = thread_zero_names(facts)
     varying = _varying(tree)
     loops = {loop.node.start_byte: loop for loop in facts.loops}
     for statement in tree.body.named_children:
@@ -111,7 +111,7 @@ def _solos(tree: KernelTree, facts: KernelFacts) -> list[_Solo]:
         consequence = statement.child_by_field_name("consequence")
         if condition is None or consequence is None or consequence.type != "compound_statement":
             continue
-        if not _is_thread_zero(tree, condition, zero):
+        if not is_thread_zero(tree, condition, zero):
             continue
         children = list(consequence.named_children)
         count = 0  # the leading declarations, loops and comments
@@ -140,7 +140,7 @@ def _uniform_return(tree: KernelTree, statement: Node, varying: set[str]) -> boo
     return [s.type for s in statements(consequence)] == ["return_statement"]
 
 
-def _thread_zero_names(facts: KernelFacts) -> set[str]:
+def thread_zero_names(facts: KernelFacts) -> set[str]:
     """Locals that are exactly `threadIdx.x`."""
     return {i.name for i in facts.indices if i.form == Form.atom("threadIdx.x")} | {"threadIdx.x"}
 
@@ -160,7 +160,7 @@ def _thread_name(facts: KernelFacts, solo: _Solo) -> str:
     return "threadIdx.x"
 
 
-def _is_thread_zero(tree: KernelTree, condition: Node, names: set[str]) -> bool:
+def is_thread_zero(tree: KernelTree, condition: Node, names: set[str]) -> bool:
     node = _condition(condition)
     if node.type == "unary_expression" and tree.text(node.child_by_field_name("operator") or node)[:1] == "!":
         argument = node.child_by_field_name("argument")
