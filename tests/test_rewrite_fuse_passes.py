@@ -135,6 +135,32 @@ def test_the_smallest_found_again_through_a_copy_is_an_argmin_keeping_the_first(
     assert "if (v < lowest) {" in body and "where = c;" in body
 
 
+# The maximum started at the row's first value and looked for from the second: the other common spelling.
+FROM_FIRST = LOGSUMEXP.replace(
+    """        float hi = -INFINITY;
+        for (int j = 0; j < cols; ++j)""",
+    """        float hi = r[0];
+        for (int j = 1; j < cols; ++j)""",
+)
+
+
+@needs_compiler
+def test_a_maximum_started_at_the_first_value_counts_that_value_first() -> None:
+    body = fused(_target(FROM_FIRST, "row_lse"))
+    assert body.count("for (") == 1 and "for (int j = 1; j < cols; ++j) {" in body
+    assert body.index("total += 1.0f;") < body.index("for (")  # exp(r[0] - hi) with hi = r[0]
+    argmin = ARGMIN.replace(
+        "float lowest = INFINITY;\n    for (int c = 0;", "float lowest = x[row * cols];\n    for (int c = 1;"
+    )
+    assert argmin != ARGMIN
+    body = fused(_target(argmin, "nearest"))
+    assert "where = 0;" in body and body.index("where = 0;") < body.index("for (int c = 1;")
+    # a start that is not the first value is not the first value's maximum
+    for start in ("r[1]", "0.0f"):
+        other = FROM_FIRST.replace("float hi = r[0];", f"float hi = {start};")
+        assert fuse_passes.propose(_target(other, "row_lse")) == []
+
+
 @pytest.mark.parametrize(
     "change",
     [

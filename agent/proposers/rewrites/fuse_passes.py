@@ -110,7 +110,11 @@ def _folded_value(tree: KernelTree, reduction: Reduction) -> Node | None:
 
 def _fused(tree: KernelTree, facts: KernelFacts, first: _First, second: Loop) -> tuple[list[Edit], str, str]:
     loop = first.loop
-    if (second.start, second.bound, second.step) != (loop.start, loop.bound, loop.step):
+    if (second.bound, second.step) != (loop.bound, loop.step) or second.step != Form.constant(1):
+        raise _Unsupported("not the same range")
+    # `m = x[0]; for (i = 1; ...)`: the first value is the maximum's start, the second loop's too
+    from_first = loop.start == second.start + Form.constant(1)
+    if loop.start != second.start and not from_first:
         raise _Unsupported("not the same range")
     if second.carried or len(second.reductions) != 1 or _writes(facts, second):
         raise _Unsupported("the second loop does more than one reduction")
@@ -125,15 +129,21 @@ def _fused(tree: KernelTree, facts: KernelFacts, first: _First, second: Loop) ->
         raise _Unsupported("the second loop does more than its update")
     (statement,) = statements(second.body)
     same = _SameValue(tree, facts, first, second, aliases)
+    if from_first and not same.starts_at(second.start):
+        raise _Unsupported("the maximum does not start at the first value")
     kind = declared_type(tree, first.extreme) or "float"
     taken = tree.names()
     (v,) = fresh_names(taken, "v")
     m = first.extreme
+    prologue: list[str] = []  # run just before the fused loop
     if reduction.combine == FIND_FIRST:
         at = _found_position(tree, statement, reduction, same)
         better = ">" if first.combine == MAX else "<"
         body = [f"{kind} {v} = {tree.text(first.value)};", f"if ({v} {better} {m}) {{", f"{m} = {v};"]
         body += [f"{reduction.accumulators[0]} = {at};", "}"]
+        if from_first:  # where nothing passes the first value, its position is the answer
+            start = _found_position(tree, statement, reduction, same, second.start)
+            prologue = [f"{reduction.accumulators[0]} = {start};"]
         what = f"the {'largest' if first.combine == MAX else 'smallest'} value and its first position"
         assumption = f"some value passes {m}'s start (else the position keeps its own start)"
     elif reduction.combine == SUM and first.combine == MAX:
@@ -141,11 +151,13 @@ def _fused(tree: KernelTree, facts: KernelFacts, first: _First, second: Loop) ->
         s = reduction.accumulators[0]
         body = [f"{kind} {v} = {tree.text(first.value)};", f"if ({v} > {m}) {{", f"{s} *= {exp}({m} - {v});"]
         body += [f"{m} = {v};", "}", f"{s} += {exp}({v} - {m});"]
+        if from_first:
+            prologue = [f"{s} += 1.0f;  // the first value's exp(v - max), the maximum being that value"]
         what = "the maximum and the sum of exponentials"
         assumption = f"the sum into {s} is rescaled as the maximum grows (within the spec's tolerance)"
     else:
         raise _Unsupported("no one-pass form of this pair")
-    return _edits(tree, first, second, body, hoisted, outer), what, assumption
+    return _edits(tree, first, second, body, prologue, hoisted, outer), what, assumption
 
 
 def _writes(facts: KernelFacts, loop: Loop) -> bool:
@@ -253,25 +265,36 @@ class _SameValue:
         rename = Form.atom(self.first.loop.variable)
         return self._normalised(node, self.second.variable, rename) == self.expected
 
+    def starts_at(self, start: Form) -> bool:
+        """Whether the maximum's setting just before the first loop is the first value at `start`."""
+        value = _start_value(self.tree, self.first)
+        if value is None:
+            return False
+        at = self._normalised(self.first.value, self.first.loop.variable, start, rename_name=start.text())
+        return self._normalised(value, "", None) == at
+
     def is_extreme(self, node: Node) -> bool:
         node = unwrap(node)
         return node.type == "identifier" and text(node) in self.aliases
 
-    def _normalised(self, node: Node, variable: str, rename: Form | None) -> str:
+    def _normalised(self, node: Node, variable: str, rename: Form | None, rename_name: str = "⟨k⟩") -> str:
         def substitute(child: Node) -> str | None:
             access = self.places.get((child.start_byte, child.end_byte))
             if access is not None:
                 offset = access.offset if rename is None else access.offset.substitute(variable, rename)
                 return f"⟨{access.array}@{offset.text()}⟩"
             if child.type == "identifier" and text(child) == variable:
-                return "⟨k⟩"
+                return rename_name
             return None
 
         return "".join(self.tree.substituted(unwrap(node), substitute).split())
 
 
-def _found_position(tree: KernelTree, statement: Node, reduction: Reduction, same: _SameValue) -> str:
-    """The position a `if (v == max) { at = k; break; }` search takes, in the first loop's variable."""
+def _found_position(
+    tree: KernelTree, statement: Node, reduction: Reduction, same: _SameValue, at: Form | None = None
+) -> str:
+    """The position a `if (v == max) { at = k; break; }` search takes, in the first loop's variable (or
+    at the position `at`)."""
     condition = statement.child_by_field_name("condition")
     compared = (
         unwrap(condition.named_children[0]) if condition is not None and condition.named_children else None
@@ -290,7 +313,8 @@ def _found_position(tree: KernelTree, statement: Node, reduction: Reduction, sam
     assert value is not None
     if any(same.is_extreme(n) for n in walk(value)):
         raise _Unsupported("the position reads the maximum")
-    old, new = same.second.variable, same.first.loop.variable
+    old = same.second.variable
+    new = same.first.loop.variable if at is None else f"({at.text()})" if len(at.terms) > 1 else at.text()
     return tree.substituted(value, lambda n: new if n.type == "identifier" and text(n) == old else None)
 
 
@@ -317,10 +341,16 @@ def _exponential_of_shift(statement: Node, reduction: Reduction, same: _SameValu
 
 
 def _edits(
-    tree: KernelTree, first: _First, second: Loop, body: list[str], hoisted: list[Node], outer: Node
+    tree: KernelTree,
+    first: _First,
+    second: Loop,
+    body: list[str],
+    prologue: list[str],
+    hoisted: list[Node],
+    outer: Node,
 ) -> list[Edit]:
     """The first loop's body replaced by the fused one, the second loop and the moved starts deleted, the
-    starts written above the statement that holds the first loop."""
+    starts written above the statement that holds the first loop, the prologue just above the loop."""
     loop = first.loop
     indent = tree.indent_at(loop.node.start_byte)
     unit = tree.indent_unit()
@@ -332,15 +362,28 @@ def _edits(
         depth += line.endswith("{")
     kept = [s for s in statements(loop.body) if s.type == "declaration"]
     new_body = "{\n" + "".join(inner + tree.text(s) + "\n" for s in kept) + "\n".join(lines) + f"\n{indent}}}"
-    edits: list[Edit] = [(loop.body.start_byte, loop.body.end_byte, new_body)]
+    # a bare body on the next line gets its braces after the loop's header, as written by hand
+    header_end = (
+        loop.body.prev_sibling.end_byte if loop.body.prev_sibling is not None else loop.body.start_byte
+    )
+    start = loop.body.start_byte if loop.body.type == "compound_statement" else header_end
+    edits: list[Edit] = [
+        (start, loop.body.end_byte, new_body if start == loop.body.start_byte else " " + new_body)
+    ]
     edits += [
         _deleted_line(tree, node) for node in (*hoisted, *_comments_above(tree, second.node), second.node)
     ]
-    if hoisted:
-        above = tree.indent_at(outer.start_byte)
-        moved = "".join(tree.text(s) + f"\n{above}" for s in hoisted)
-        edits.append((outer.start_byte, outer.start_byte, moved))
-    return edits
+    above = tree.indent_at(outer.start_byte)
+    moved = "".join(tree.text(s) + f"\n{above}" for s in hoisted)
+    ahead = "".join(line + f"\n{indent}" for line in prologue)
+    if outer == loop.node:  # one insertion: two at the same byte would land in either order
+        edits.append((outer.start_byte, outer.start_byte, moved + ahead))
+    else:
+        edits += [
+            (outer.start_byte, outer.start_byte, moved),
+            (loop.node.start_byte, loop.node.start_byte, ahead),
+        ]
+    return [e for e in edits if e[0] != e[1] or e[2]]
 
 
 def _deleted_line(tree: KernelTree, node: Node) -> Edit:
@@ -352,6 +395,24 @@ def _deleted_line(tree: KernelTree, node: Node) -> Edit:
     if tree.data[end : end + 1] == b"\n":
         end += 1
     return start, end, ""
+
+
+def _start_value(tree: KernelTree, first: _First) -> Node | None:
+    """The value the maximum is set to by the statement right before the first loop (`float m = x[0];`)."""
+    previous = first.loop.node.prev_named_sibling
+    while previous is not None and previous.type == "comment":
+        previous = previous.prev_named_sibling
+    if previous is None:
+        return None
+    if previous.type == "declaration" and _declared_name(previous) == first.extreme:
+        (declarator,) = previous.children_by_field_name("declarator")
+        return declarator.child_by_field_name("value")
+    expression = unwrap(previous.named_children[0]) if previous.named_children else None
+    if previous.type == "expression_statement" and expression is not None and _copy(previous) is None:
+        left, right = expression.child_by_field_name("left"), expression.child_by_field_name("right")
+        if expression.type == "assignment_expression" and left is not None and _is(left, first.extreme):
+            return right
+    return None
 
 
 def _comments_above(tree: KernelTree, node: Node) -> list[Node]:
