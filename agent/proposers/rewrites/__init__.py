@@ -9,6 +9,7 @@ from collections.abc import Callable
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites import (
     block_coarsen,
+    coarsen,
     contraction,
     fuse_passes,
     inline_helper,
@@ -26,6 +27,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     untile.PROPOSER: untile.propose,
     warp_per_output.PROPOSER: warp_per_output.propose,
     y_split.PROPOSER: y_split.propose,
+    coarsen.PROPOSER: coarsen.propose,
     vector_loop.PROPOSER: vector_loop.propose,
     promote.PROPOSER: promote.propose,
     inline_helper.PROPOSER: inline_helper.propose,
