@@ -16,7 +16,7 @@ from cuda_agent.agent.optimize import PROPOSERS
 from cuda_agent.agent.proposers.rewrites.untile import PREFIX, PROPOSER, propose
 from cuda_agent.agent.targets import KernelTarget, load_targets
 
-from tests.test_rewrite_contraction import loads
+from tests.test_rewrite_contraction import in_template_order, loads
 from tests.test_rewrite_warp_per_output import _target, check, needs_compiler, shown
 
 OUTSIDE = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "outside"
@@ -182,7 +182,7 @@ def untiled(source: str) -> tuple[KernelTarget, list[Candidate]]:
     """The kernel's candidates, each checked (compiles, keeps the file outside the body, resolves its
     launch), prefixed and proposed as this rewrite's, and re-read with its launch written."""
     target = _target(source, name_of(source))
-    candidates = check(target, propose)
+    candidates = in_template_order(check(target, propose))
     for candidate in candidates:
         assert candidate.description.startswith(PREFIX) and candidate.proposer == PROPOSER
         assert "tiled contraction over" in candidate.description

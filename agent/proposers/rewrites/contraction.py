@@ -8,10 +8,12 @@ through pointer locals or macros, the sum kept in a local or in the output eleme
 factors are evaluated where the tiles are loaded, in the user's own spelling with the row and k
 replaced, so whatever they compute is computed once per element instead of once per output.
 
-Rewritten: a block of 256 threads computes a BM x BN tile of outputs, each thread (BM/16) x (BN/16) of
-them in registers; the factor tiles of depth 16 pass through shared memory, double-buffered, loaded with
-neighbouring threads on whichever index walks memory contiguously. The statements after the loop (the
-epilogue: a scale, `beta * C`, a mirrored store) and the bounds check run as written, once per output.
+Rewritten (the kernels are written by `_gemm_tile`): a block of 256 threads computes a BM x BN tile of
+outputs, each thread (BM/16) x (BN/16) of them in registers; the factor tiles pass through shared memory,
+double-buffered, loaded with neighbouring threads on whichever index walks memory contiguously, as float4s
+where the factor's loads are contiguous. The statements after the loop (the epilogue: a scale, `beta * C`,
+a mirrored store, a causal mask) and the bounds check run as written, once per output; a tile where the
+user's conditions, read at its corners, say no output reads the sum skips the loop.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.values import Values, file_definitions, text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
+from cuda_agent.agent.proposers.rewrites._gemm_tile import (
+    THREADS,
+    Contraction,
+    Factor,
+    Shape,
+    description,
+    scalar_tiles,
+    vector_tiles,
+)
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     build_candidate,
@@ -35,44 +46,26 @@ from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
 PROPOSER = "rewrite:contraction"
-THREADS = 256
-# (quads of 4 rows, quads of 4 columns) per thread, compiler flags: 128x128 tiles for big outputs (also
-# capped at 128 registers, two blocks per SM instead of one at ~167), smaller tiles so mid-sized ones
-# still fill 132 SMs.
-SHAPES: tuple[tuple[int, int, tuple[str, ...]], ...] = (
-    (2, 2, ()),
-    (2, 2, ("-maxrregcount=128",)),
-    (2, 1, ()),
-    (1, 1, ()),
+# The GPU's timer chooses, in this order (the search interleaves proposers, so within a short budget the
+# first shapes are the ones measured; on the H200 the float4 kernel's 128x64 and 128x128 tiles won on
+# covariance, SYRK, attention scores and the matmuls, its 128x256 on the 4096-cube matmul, the first
+# kernel's 64x64 on small outputs): the float4 kernel's 128x64 tiles (mid-sized outputs, triangles whose
+# tiles are skipped), its 128x128 capped at 128 registers (two blocks an SM), the first kernel's 64x64,
+# the float4 128x256 (one block an SM, 16 FMAs a shared-memory load), the first kernel's 128x128 and
+# 128x64.
+SHAPES: tuple[Shape, ...] = (
+    Shape(vector=True, quads_m=2, quads_n=1),
+    Shape(vector=True, quads_m=2, quads_n=2, flags=("-maxrregcount=128",)),
+    Shape(vector=False, quads_m=1, quads_n=1),
+    Shape(vector=True, quads_m=2, quads_n=4),
+    Shape(vector=False, quads_m=2, quads_n=2),
+    Shape(vector=False, quads_m=2, quads_n=1),
 )
 _IDENTITY = frozenset({"0", "0.0", "0.0f", "0.f", "0.0F", "0.F", "0."})
 
 
 class _Unsupported(Exception):
     """Not a contraction this rewrite can tile; the message says why (for debugging)."""
-
-
-@dataclass(frozen=True)
-class _Match:
-    row: str
-    col: str
-    k: str
-    rows: str  # bounds in kernel terms
-    cols: str
-    depth: str
-    rows_spec: str
-    cols_spec: str
-    a_at: str  # the row factor with the row and k as `{r}` and `{c}` placeholders
-    b_at: str  # the col factor with k and the col as `{r}` and `{c}`
-    a_k_fast: bool  # the row factor walks memory contiguously along k (else along the row)
-    b_k_fast: bool
-    accumulator: str  # the local that holds the sum in the epilogue
-    before: str  # declarations before the bounds check (other than the indices), re-run per output
-    inside: str  # the statements under the bounds check, with the sum in `accumulator`
-    condition: str  # the bounds check, true for an output that is written
-    batch: bool  # blockIdx.z is a batch index, kept
-    batch_spec: str | None = None  # the batch's extent, for a flat index taken apart (else the launch's z)
-    flat: str | None = None  # `const int idx = ...;` from the output's {row} and {col}, for a flat index
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -87,26 +80,26 @@ def propose(target: KernelTarget) -> list[Candidate]:
     if not _block_fits(target) or not all(_is_float(tree, p) for p in _arrays(facts)):
         return []
     candidates = []
-    for quads_m, quads_n, flags in SHAPES:
-        tile_m, tile_n = 64 * quads_m, 64 * quads_n
+    for shape in SHAPES:
+        tile_m, tile_n = shape.tile
         grid = [f"ceil_div({match.cols_spec}, {tile_n})", f"ceil_div({match.rows_spec}, {tile_m})"]
         if match.batch:
             grid.append(match.batch_spec or target.spec.launch.grid[2])
+        template = vector_tiles if shape.vector else scalar_tiles
         candidate = build_candidate(
             tree,
-            body=_body(tree, match, quads_m, quads_n),
+            body=template(tree, match, shape.quads_m, shape.quads_n),
             launch=LaunchSpec(block=(THREADS,) + (1,) * (len(grid) - 1), grid=tuple(grid)),
-            description=(
-                f"tiled contraction over {match.k}: {tile_m}x{tile_n} shared-memory tiles, "
-                f"{4 * quads_m}x{4 * quads_n} outputs per thread in registers"
-            ),
+            description=description(match, shape),
             proposer=PROPOSER,
             assumptions=(
                 f"the float sum over {match.k} is regrouped into fused multiply-adds (within tolerance)",
             ),
         )
-        if flags:
-            candidate = replace(candidate, flags=flags, description=candidate.description + ", 128 registers")
+        if shape.flags:
+            candidate = replace(
+                candidate, flags=shape.flags, description=candidate.description + ", 128 registers"
+            )
         candidates.append(candidate)
     return candidates
 
@@ -129,7 +122,24 @@ def _is_float(tree: KernelTree, name: str) -> bool:
 # -- recognition ---------------------------------------------------------------------------------------
 
 
-def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
+@dataclass(frozen=True)
+class _FlatIndex:
+    """A flat thread index taken apart into the output's (batch, row, col)."""
+
+    row: str  # the locals the pieces are declared in
+    col: str
+    rows: Form
+    cols: Form
+    extent: Form | None  # the batch's, when there is one
+    index: str
+    at: tuple[str, str]  # the index at a row factor's {r}, at a col factor's {c}
+    batch: str  # `blockIdx.z * rows + ` with a batch, else empty
+    along_row: frozenset[str]  # other pieces, the same along a row (divided by a multiple of cols)
+    along_col: frozenset[str]  # the same along a col, too (divided by a multiple of rows * cols)
+    pieces: frozenset[str]
+
+
+def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
     guard = facts.guard
     if (
         guard is None
@@ -147,9 +157,8 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
         if row_bound is None or col_bound is None:
             raise _Unsupported("the row or the col is not bounded")
         rows, cols, extent = row_bound.bound, col_bound.bound, None
-        index_at: tuple[str, str] = ("", "")
     else:
-        row, col, rows, cols, extent, index, index_at, along_row, along_col, pieces = flat
+        row, col, rows, cols, extent = flat.row, flat.col, flat.rows, flat.cols, flat.extent
         batch = extent is not None
     loops = [loop for loop in facts.loops if loop.depth == 0]
     if len(loops) != 1 or len(facts.loops) != 1:
@@ -172,21 +181,26 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
         raise _Unsupported("not a product of a row factor and a col factor")
     if flat:
         # Each factor may see the flat index only through pieces that are the same along its side.
-        seen = _Expander(tree, {row, col, index} | pieces)
-        for side, own, allowed in ((row_factors, row, along_row), (col_factors, col, along_col)):
+        seen = _Expander(tree, {row, col, flat.index} | flat.pieces)
+        for side, own, allowed in ((row_factors, row, flat.along_row), (col_factors, col, flat.along_col)):
             for factor in side:
-                if seen.names(factor) & ({index, row, col} | pieces) - ({own} | allowed):
+                if seen.names(factor) & ({flat.index, row, col} | flat.pieces) - ({own} | allowed):
                     raise _Unsupported("a factor depends on the other side of the flat index")
     k = loop.variable
-    row_names = {row: "{r}", k: "{c}"} | ({index: index_at[0]} if flat else {})
-    col_names = {k: "{r}", col: "{c}"} | ({index: index_at[1]} if flat else {})
-    a_at = " * ".join(f"({expand.text(f, row_names)})" for f in row_factors)
-    b_at = " * ".join(f"({expand.text(f, col_names)})" for f in col_factors)
+    row_names = {row: "{r}", k: "{c}"} | ({flat.index: flat.at[0]} if flat else {})
+    col_names = {k: "{r}", col: "{c}"} | ({flat.index: flat.at[1]} if flat else {})
+    place = (row, col) if flat is None else tuple(local_names(tree, "out_row", "out_col").values())
+    placed = _placed_pieces(tree, flat, place) if flat else {}
+    # The float4 kernel takes a flat index's pieces of the batch (the head, in attention) as the same for
+    # the whole block: computed once, not divided out of the index at each element.
+    batch_pieces = _batch_pieces(tree, flat, placed) if flat else {}
     loads = [a for a in facts.accesses_in(loop) if not a.write]
     a_k_fast = _fast_along_k(loads, row_factors, "threadIdx.y", k, default=True)
     b_k_fast = _fast_along_k(loads, col_factors, "threadIdx.x", k, default=False)
-    before, inside, accumulator = _epilogue(tree, facts, loop, target, in_memory)
-    condition = _condition(tree, guard.statement, guard.early_return)
+    a_along, b_along = k if a_k_fast else "threadIdx.y", k if b_k_fast else "threadIdx.x"
+    a = _factor(expand, row_factors, row_names | batch_pieces, loads, a_along, a_k_fast)
+    b = _factor(expand, col_factors, col_names | batch_pieces, loads, b_along, b_k_fast)
+    scalar_at = (_written(expand, row_factors, row_names), _written(expand, col_factors, col_names))
     try:
         rows_text, rows_spec = bound_terms(tree, rows)
         cols_text, cols_spec = bound_terms(tree, cols)
@@ -195,22 +209,37 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> _Match:
     except NotInSizes as exc:
         raise _Unsupported(str(exc)) from exc
     rows_text, cols_text, depth_text = as_factor(rows_text), as_factor(cols_text), as_factor(depth_text)
+    epilogue = _epilogue(tree, facts, loop, target, in_memory, placed)
     declared = None
     if flat:
-        z = "blockIdx.z * " + rows_text + " + " if extent is not None else ""
-        declared = f"const int {index} = ({z}{{row}}) * {cols_text} + {{col}};"
-    return _Match(
-        row, col, k, rows_text, cols_text, depth_text, rows_spec, cols_spec, a_at, b_at, a_k_fast,
-        b_k_fast, accumulator, before, inside, condition, batch, batch_spec, declared,
-    )  # fmt: skip
+        z = f"blockIdx.z * {rows_text} + " if extent is not None else ""
+        declared = f"const int {flat.index} = ({z}{place[0]}) * {cols_text} + {place[1]};"
+    return Contraction(
+        k=k,
+        rows=rows_text,
+        cols=cols_text,
+        depth=depth_text,
+        rows_spec=rows_spec,
+        cols_spec=cols_spec,
+        a=a,
+        b=b,
+        scalar_at=scalar_at,
+        accumulator=epilogue.accumulator,
+        before=epilogue.before,
+        inside=epilogue.inside,
+        condition=_condition(tree, guard.statement, guard.early_return),
+        place=(place[0], place[1]),
+        batch=batch,
+        batch_spec=batch_spec,
+        flat=declared,
+        inside_placed=epilogue.inside_placed if flat else None,
+        unread=_Corners(tree, row, col, flat).unread(guard.others, guard.early_return, epilogue.exits),
+    )
 
 
-def _flat(
-    tree: KernelTree, facts: KernelFacts
-) -> tuple[str, str, Form, Form, Form | None, str, tuple[str, str]] | None:
+def _flat(tree: KernelTree, facts: KernelFacts) -> _FlatIndex | None:
     """A flat thread index taken apart as (col, row[, batch]): `t2 = idx % T; t = (idx / T) % T` (the
-    rest of `idx` a batch) or `t = idx / T`. Returns (row, col, row extent, col extent, batch extent,
-    the index, the index at a row factor's {r} and at a col factor's {c})."""
+    rest of `idx` a batch) or `t = idx / T`."""
     guard = facts.guard
     launch = tree.target.spec.launch if tree.target.spec else None
     flat = [i for i in facts.indices if i.axis == "x"]
@@ -254,12 +283,71 @@ def _flat(
     if rows is None or (extent is None and exact_quotient(bound.bound, rows * cols) != Form.constant(1)):
         return None
     row_text, col_text = as_factor(spelled(rows, {})), as_factor(spelled(cols, {}))
+    if "⟨" in row_text + col_text:
+        return None  # a quotient the index texts cannot spell
     z = f"blockIdx.z * {row_text} + " if extent is not None else ""
     at = (f"(({z}{{r}}) * {col_text})", f"(({z}0) * {col_text} + {{c}})" if z else "({c})")
     pieces = [(n, d) for n, _, d, _ in splits if n not in (row, col)]
     along_row = frozenset(n for n, d in pieces if exact_quotient(d, cols) is not None)
     along_col = frozenset(n for n, d in pieces if exact_quotient(d, rows * cols) is not None)
-    return row, col, rows, cols, extent, index, at, along_row, along_col, frozenset(n for n, _ in pieces)
+    return _FlatIndex(
+        row, col, rows, cols, extent, index, at, z, along_row, along_col, frozenset(n for n, _ in pieces)
+    )
+
+
+def _placed_pieces(tree: KernelTree, flat: _FlatIndex, place: tuple[str, str]) -> dict[tuple[int, int], str]:
+    """New values for the declarations that take the flat index apart, from the output's place: under the
+    bounds check (the output's row and col in range) `idx % T` is the col and `(idx / T) % T` the row,
+    and a piece divided by a multiple of T is the same at the row's first element, one divided by a
+    multiple of T * T at the batch's first. The same values, without the divisions per output."""
+    values = declared_values(tree.body)
+    cols = as_factor(spelled(flat.cols, {}))
+    found = {flat.row: place[0], flat.col: place[1]}
+    for name in flat.along_row:
+        at = f"(({flat.batch}{0 if name in flat.along_col else place[0]}) * {cols})"
+        found[name] = tree.substituted(
+            values[name],
+            lambda node, at=at: at if node.type == "identifier" and text(node) == flat.index else None,
+        )
+    return {(values[name].start_byte, values[name].end_byte): written for name, written in found.items()}
+
+
+def _batch_pieces(tree: KernelTree, flat: _FlatIndex, placed: dict[tuple[int, int], str]) -> dict[str, str]:
+    """The flat index's pieces that are the same for a whole batch (see `_placed_pieces`), by name."""
+    values = declared_values(tree.body)
+    spans = {name: (values[name].start_byte, values[name].end_byte) for name in flat.along_col}
+    return {name: f"({placed[span]})" for name, span in spans.items()}
+
+
+def _written(expand: _Expander, factors: list[Node], names: dict[str, str]) -> str:
+    """The factors' product at the placeholders in `names`."""
+    return " * ".join(f"({expand.text(f, names)})" for f in factors)
+
+
+def _factor(
+    expand: _Expander,
+    factors: list[Node],
+    names: dict[str, str],
+    loads: list[Access],
+    along: str,
+    k_fast: bool,
+) -> Factor:
+    """The side's factor at placeholders, and its loads that four neighbouring elements along `along` (k, or
+    the lane of its output index) read as one float4: those that step one element at a time, where every
+    other load of the factor stays put (so the float4 is all the group reads, besides scalars)."""
+    at = _written(expand, factors, names)
+    spans = [(f.start_byte, f.end_byte) for f in factors]
+    mine = [a for a in loads if any(s <= a.node.start_byte and a.node.end_byte <= e for s, e in spans)]
+    strides = [a.stride(along) for a in mine]
+    if Form.constant(1) not in strides or any(s not in (Form(), Form.constant(1)) for s in strides):
+        return Factor(at, k_fast)
+    contiguous = [a for a, s in zip(mine, strides, strict=True) if s == Form.constant(1)]
+    if any(_conditional(a.node, factors) for a in contiguous):
+        return Factor(at, k_fast)  # a float4 would load what the user's code may not
+    slots = {(a.node.start_byte, a.node.end_byte): f"{{v{n}}}" for n, a in enumerate(contiguous)}
+    vector_at = " * ".join(f"({expand.text(f, names, slots)})" for f in factors)
+    addresses = tuple(f"&({expand.text(a.node, names)})" for a in contiguous)
+    return Factor(at, k_fast, vector_at, addresses)
 
 
 def _divides(node: Node, index: str) -> bool:
@@ -369,21 +457,46 @@ class _Expander:
     def names(self, node: Node) -> set[str]:
         return _identifiers(self.text(node, {}))
 
-    def text(self, node: Node, replace_with: dict[str, str], depth: int = 0) -> str:
+    def text(
+        self,
+        node: Node,
+        replace_with: dict[str, str],
+        slots: dict[tuple[int, int], str] | None = None,
+        depth: int = 0,
+    ) -> str:
+        """The node's text with locals expanded, names in `replace_with` replaced, and the nodes at the
+        spans of `slots` (loads, for the float4 path) replaced by their texts."""
         if depth > 16:
             raise _Unsupported("locals defined through too many others")
 
         def substitute(child: Node) -> str | None:
+            slot = (slots or {}).get((child.start_byte, child.end_byte))
+            if slot is not None:
+                return slot
             if child.type != "identifier":
                 return None
             name = text(child)
             if name in replace_with:
                 return replace_with[name]
             if name in self.values and name not in self.keep:
-                return f"({self.text(self.values[name], replace_with, depth + 1)})"
+                return f"({self.text(self.values[name], replace_with, slots, depth + 1)})"
             return None
 
         return self.tree.substituted(node, substitute)
+
+
+def _conditional(node: Node, factors: list[Node]) -> bool:
+    """Whether the node is evaluated only on some condition inside its factor (`?:`, `&&`, `||`)."""
+    roots = {(f.start_byte, f.end_byte) for f in factors}
+    parent = node.parent
+    while parent is not None and (node.start_byte, node.end_byte) not in roots:
+        operator = parent.child_by_field_name("operator")
+        if parent.type == "conditional_expression" or (
+            parent.type == "binary_expression" and operator is not None and operator.type in ("&&", "||")
+        ):
+            return True
+        node, parent = parent, parent.parent
+    return False
 
 
 def _identifiers(source: str) -> set[str]:
@@ -398,14 +511,26 @@ def _identifiers(source: str) -> set[str]:
     return found
 
 
-def _epilogue(
-    tree: KernelTree, facts: KernelFacts, loop: Loop, target: Node, in_memory: bool
-) -> tuple[str, str, str]:
-    """(declarations before the check, statements under it, the local holding the sum there).
+@dataclass(frozen=True)
+class _Epilogue:
+    before: str  # declarations before the check
+    inside: str  # statements under it
+    inside_placed: str  # the same with the placed pieces' values (see `_placed_pieces`)
+    accumulator: str  # the local holding the sum there
+    exits: tuple[Node, ...]  # conditions of the early returns taken before the sum is read
 
-    The check's statements are re-run per output with the loop replaced by the finished sum: a sum into
-    a local becomes that local's value; a sum into a memory element becomes one `+=` of the sum, after
-    the statements that come before the loop (a `C *= beta` stays before it)."""
+
+def _epilogue(
+    tree: KernelTree,
+    facts: KernelFacts,
+    loop: Loop,
+    target: Node,
+    in_memory: bool,
+    placed: dict[tuple[int, int], str],
+) -> _Epilogue:
+    """The statements around the loop, re-run per output with the loop replaced by the finished sum: a
+    sum into a local becomes that local's value; a sum into a memory element becomes one `+=` of the
+    sum, after the statements that come before the loop (a `C *= beta` stays before it)."""
     guard = facts.guard
     assert guard is not None
     index_declarations = {(i.declaration.start_byte, i.declaration.end_byte) for i in facts.indices if i.axis}
@@ -429,27 +554,51 @@ def _epilogue(
     # local loaded from it) gets the finished sum added where the loop was.
     from_zero = not in_memory and _starts_from_zero(inner, loop, text(target))
     accumulator = text(target) if from_zero else names["sum"]
-    lines = []
-    seen_loop = False
+    lines, placed_lines = [], []
+    exits: list[Node] = []
+    seen_loop = read = False
     for statement in inner:
         if statement == loop.node:
             seen_loop = True
             if not from_zero:
                 lines.append(f"{tree.text(target)} += {accumulator};")
+                placed_lines.append(lines[-1])
+                read = True
             continue
         if not seen_loop and from_zero and _declares(statement, accumulator):
             continue
-        written = _per_output(tree, statement)
         if not seen_loop and any(
             a.write and a.array in {b.array for b in facts.accesses_in(loop) if not b.write}
             for a in facts.accesses
             if statement.start_byte <= a.node.start_byte < statement.end_byte
         ):
             raise _Unsupported("a statement before the loop stores what the loop reads")
-        lines.append(written)
+        read = read or accumulator in _identifiers(tree.text(statement))
+        exit_condition = None if read else _early_exit(statement)
+        if exit_condition is not None:
+            exits.append(exit_condition)
+        lines.append(_per_output(tree, statement))
+        placed_lines.append(_per_output(tree, statement, placed))
     if not seen_loop:
         raise _Unsupported("the loop is not under the bounds check")
-    return "\n".join(before), "\n".join(lines), accumulator
+    return _Epilogue("\n".join(before), "\n".join(lines), "\n".join(placed_lines), accumulator, tuple(exits))
+
+
+def _early_exit(statement: Node) -> Node | None:
+    """The condition of `if (cond) { ...; return; }` (no else), which ends the output where it holds."""
+    condition = statement.child_by_field_name("condition")
+    consequence = statement.child_by_field_name("consequence")
+    if statement.type != "if_statement" or statement.child_by_field_name("alternative") is not None:
+        return None
+    if condition is None or consequence is None or not condition.named_children:
+        return None
+    last = consequence
+    if consequence.type == "compound_statement":
+        inner = [s for s in consequence.named_children if s.type != "comment"]
+        last = inner[-1] if inner else consequence
+    return (
+        condition.named_children[0] if last.type == "return_statement" and not last.named_children else None
+    )
 
 
 def _starts_from_zero(inner: list[Node], loop: Loop, name: str) -> bool:
@@ -465,20 +614,33 @@ def _starts_from_zero(inner: list[Node], loop: Loop, name: str) -> bool:
     return value is not None and text(value).strip() in _IDENTITY
 
 
-def _per_output(tree: KernelTree, statement: Node) -> str:
+def _per_output(tree: KernelTree, statement: Node, values: dict[tuple[int, int], str] | None = None) -> str:
     """The statement's text for the epilogue, where each thread finishes several outputs in a loop: a
-    `return` that ended the thread's one output ends this output (`continue`)."""
-    edits = []
+    `return` that ended the thread's one output ends this output (`continue`). The nodes at the spans of
+    `values` get those texts."""
+    edits = [(start, end, new) for (start, end), new in (values or {}).items()]
+    edits = [e for e in edits if statement.start_byte <= e[0] and e[1] <= statement.end_byte]
     for node in walk(statement):
         if node.type == "return_statement":
             if node.named_children:
                 raise _Unsupported("a return with a value")
-            edits.append((node.start_byte, node.end_byte))
+            if _in_loop(node, statement):
+                raise _Unsupported("a return inside a loop of the epilogue")  # `continue` would be its
+            edits.append((node.start_byte, node.end_byte, "continue;"))
     written = tree.data[statement.start_byte : statement.end_byte]
-    for start, end in sorted(edits, reverse=True):
-        offset = statement.start_byte
-        written = written[: start - offset] + b"continue;" + written[end - offset :]
+    offset = statement.start_byte
+    for start, end, new in sorted(edits, reverse=True):
+        written = written[: start - offset] + new.encode("utf-8") + written[end - offset :]
     return written.decode("utf-8")
+
+
+def _in_loop(node: Node, outermost: Node) -> bool:
+    parent = node.parent
+    while parent is not None and parent != outermost:
+        if parent.type in ("for_statement", "while_statement", "do_statement", "for_range_loop"):
+            return True
+        parent = parent.parent
+    return outermost.type in ("for_statement", "while_statement", "do_statement", "for_range_loop")
 
 
 def _declares(statement: Node, name: str) -> bool:
@@ -503,139 +665,126 @@ def _declared_value(statement: Node, name: str, any_value: bool = False) -> Node
     return None
 
 
+# -- tiles whose outputs do not read the sum ------------------------------------------------------------
+
+_SIGNED = frozenset(
+    {"int", "long", "long long", "long int", "short", "signed", "signed int", "int32_t", "int64_t"}
+)
+_CORNERS = (("{first_row}", "{first_col}"), ("{first_row}", "{last_col}"), ("{last_row}", "{first_col}"))
+_CORNERS += (("{last_row}", "{last_col}"),)
+_COMPARISONS = frozenset({"<", "<=", ">", ">="})
+_ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
+
+
+class _Corners:
+    """When a condition holds, or fails, at every output of a tile, read from the tile's four corners.
+
+    A comparison of two integer expressions affine in the output's row and col (`j2 >= j1`, `t2 > t`),
+    with the other names scalar parameters that nothing assigns, holds on a half-plane of (row, col): it
+    holds on the whole tile where it holds at its four corners, and fails on the whole tile where it
+    fails at all four. `&&`, `||` and `!` combine such answers; anything else is not answered."""
+
+    def __init__(self, tree: KernelTree, row: str, col: str, flat: _FlatIndex | None) -> None:
+        self.tree = tree
+        self.own = (row, col)
+        mutable = assigned_names(tree.body)
+        parameters = tree.target.kernel.parameters
+        self.scalars = {p.name for p in parameters if not p.is_pointer and p.type in _SIGNED} - mutable
+        self.definitions = file_definitions(tree.root)
+        self.values = Values(Atoms(), self.definitions, frozenset())
+        # A flat index's row and col are the user's locals: signed (or `t2 - t` is not affine), and not
+        # assigned after their declarations (the template declares its own const).
+        self.usable = flat is None or (
+            all(_declared_type(tree, name) in _SIGNED for name in self.own) and not set(self.own) & mutable
+        )
+
+    def unread(
+        self, guard_parts: tuple[Node, ...], early_return: bool, exits: tuple[Node, ...]
+    ) -> str | None:
+        """True for a tile none of whose outputs reads the sum: a conjunct of the bounds check fails at
+        all of it (a disjunct of an early return's holds), or an early return before the sum is read
+        is taken at all of it. None where no part of the conditions is answered."""
+        if not self.usable:
+            return None
+        found = [self.everywhere(part, early_return) for part in guard_parts]
+        found += [self.everywhere(condition, True) for condition in exits]
+        answered = [f"({condition})" for condition in found if condition]
+        return " || ".join(answered) or None
+
+    def everywhere(self, node: Node, truth: bool) -> str | None:
+        """An expression in the tile's corners that, where true, says the node is `truth` at all of it."""
+        if node.type == "parenthesized_expression" and node.named_child_count == 1:
+            return self.everywhere(node.named_children[0], truth)
+        operator = node.child_by_field_name("operator")
+        op = operator.type if operator is not None else ""
+        if node.type == "unary_expression" and op == "!":
+            argument = node.child_by_field_name("argument")
+            return self.everywhere(argument, not truth) if argument is not None else None
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if node.type != "binary_expression" or left is None or right is None:
+            return None
+        if op in ("&&", "||"):
+            parts = [self.everywhere(left, truth), self.everywhere(right, truth)]
+            if (op == "&&") == truth:  # both parts must be
+                return f"({parts[0]}) && ({parts[1]})" if all(parts) else None
+            either = [f"({p})" for p in parts if p]
+            return " || ".join(either) or None
+        if op not in _COMPARISONS or not self._affine(node, left, right):
+            return None
+        at = [self._at(node, row, col) for row, col in _CORNERS]
+        return " && ".join(a if truth else f"!{a}" for a in at)
+
+    def _affine(self, node: Node, left: Node, right: Node) -> bool:
+        for part in walk(node):
+            if not part.is_named:
+                continue
+            if part.type == "identifier":
+                if text(part) not in self.scalars | set(self.own) | set(self.definitions.constants):
+                    return False
+            elif part.type == "number_literal":
+                if not text(part).isdigit():  # no floats, no unsigned suffixes
+                    return False
+            elif part.type == "unary_expression":
+                operator = part.child_by_field_name("operator")
+                if operator is None or operator.type != "-":
+                    return False
+            elif part.type == "binary_expression":
+                operator = part.child_by_field_name("operator")
+                if operator is None or operator.type not in _ARITHMETIC | (
+                    _COMPARISONS if part == node else set()
+                ):
+                    return False
+            elif part.type != "parenthesized_expression":
+                return False  # a cast, a call, a load, a field: not known to be affine
+        difference = self.values.form(left) - self.values.form(right)
+        for monomial in difference.terms:
+            if sum(monomial.count(name) for name in self.own) > 1:
+                return False  # row * col, row * row
+            for atom in monomial:
+                roots = self.values.atoms.roots(Form.atom(atom))
+                if atom not in self.own and (roots & set(self.own) or not roots <= self.scalars):
+                    return False  # row / 2, or a macro that is not made of parameters
+        return True
+
+    def _at(self, node: Node, row: str, col: str) -> str:
+        corner = {self.own[0]: f"({row})", self.own[1]: f"({col})"}
+        return (
+            "("
+            + self.tree.substituted(node, lambda n: corner.get(text(n)) if n.type == "identifier" else None)
+            + ")"
+        )
+
+
+def _declared_type(tree: KernelTree, name: str) -> str | None:
+    value = declared_values(tree.body).get(name)
+    declarator = value.parent if value is not None else None
+    declaration = declarator.parent if declarator is not None else None
+    kind = declaration.child_by_field_name("type") if declaration is not None else None
+    return text(kind) if kind is not None else None
+
+
 def _condition(tree: KernelTree, statement: Node, early_return: bool) -> str:
     condition = statement.child_by_field_name("condition")
     assert condition is not None and condition.named_children
     written = tree.text(condition.named_children[0])
     return f"!({written})" if early_return else written
-
-
-# -- the tiled kernel ----------------------------------------------------------------------------------
-
-
-def _body(tree: KernelTree, match: _Match, quads_m: int, quads_n: int) -> str:
-    names = local_names(
-        tree, "BM", "BN", "BK", "As", "Bs", "tid", "tx", "ty", "row0", "col0", "accum", "a_next", "b_next",
-        "tiles", "t", "buf", "kk", "a_frag", "b_frag", "i", "j", "q", "v", "r", "c", "k0", "e",
-    )  # fmt: skip
-    n = {**names, "QM": str(quads_m), "QN": str(quads_n)}
-    r, c, e, i = n["r"], n["c"], n["e"], n["i"]
-    a_at = match.a_at.replace("{r}", r).replace("{c}", c)
-    b_at = match.b_at.replace("{r}", r).replace("{c}", c)
-    bm, bn, bk = n["BM"], n["BN"], n["BK"]
-    # Neighbouring threads take neighbouring elements along whichever index the factor walks in memory.
-    a_index = (f"{e} / {bk}", f"{e} % {bk}") if match.a_k_fast else (f"{e} % {bm}", f"{e} / {bm}")
-    b_index = (f"{e} % {bk}", f"{e} / {bk}") if match.b_k_fast else (f"{e} / {bn}", f"{e} % {bn}")
-
-    def load(k0: str) -> str:
-        return f"""\
-        #pragma unroll
-        for (int {i} = 0; {i} < {bm} * {bk} / {THREADS}; ++{i}) {{
-            const int {e} = {n["tid"]} + {i} * {THREADS};
-            const int {r} = {n["row0"]} + {a_index[0]}, {c} = {k0} + {a_index[1]};
-            {n["a_next"]}[{i}] = ({r} < {match.rows} && {c} < {match.depth}) ? {a_at} : 0.0f;
-        }}
-        #pragma unroll
-        for (int {i} = 0; {i} < {bn} * {bk} / {THREADS}; ++{i}) {{
-            const int {e} = {n["tid"]} + {i} * {THREADS};
-            const int {r} = {k0} + {b_index[0]}, {c} = {n["col0"]} + {b_index[1]};
-            {n["b_next"]}[{i}] = ({r} < {match.depth} && {c} < {match.cols}) ? {b_at} : 0.0f;
-        }}"""
-
-    def store(buf: str) -> str:
-        return f"""\
-        #pragma unroll
-        for (int {i} = 0; {i} < {bm} * {bk} / {THREADS}; ++{i}) {{
-            const int {e} = {n["tid"]} + {i} * {THREADS};
-            {n["As"]}[{buf}][{a_index[1]}][{a_index[0]}] = {n["a_next"]}[{i}];
-        }}
-        #pragma unroll
-        for (int {i} = 0; {i} < {bn} * {bk} / {THREADS}; ++{i}) {{
-            const int {e} = {n["tid"]} + {i} * {THREADS};
-            {n["Bs"]}[{buf}][{b_index[0]}][{b_index[1]}] = {n["b_next"]}[{i}];
-        }}"""
-
-    pad = "                "
-    before = "\n".join(pad + line.strip() for line in match.before.splitlines())
-    inside = "\n".join(pad + "    " + line.strip() for line in match.inside.splitlines())
-    row, col, acc = match.row, match.col, match.accumulator
-    condition = match.condition
-    if match.flat:  # the user's statements take the index apart again: the output's place goes by index
-        fresh = local_names(tree, "out_row", "out_col")
-        row, col = fresh["out_row"], fresh["out_col"]
-        before = pad + match.flat.format(row=row, col=col) + ("\n" + before if before else "")
-        # past the tile's edge the flat index would name another batch's element: bound it first
-        condition = f"{row} < {match.rows} && {col} < {match.cols} && ({condition})"
-    return f"""{{
-    // A tiled contraction over {match.k}: each block of {THREADS} threads computes a {bm} x {bn} tile of the
-    // outputs, each thread {4 * quads_m} x {4 * quads_n} of them in registers. The row and col factors pass
-    // through shared memory in tiles of depth 16, double-buffered (the next tile's loads are in flight
-    // while the current one is multiplied); out-of-range elements load as 0, so any sizes work.
-    constexpr int {bm} = {64 * quads_m}, {bn} = {64 * quads_n}, {bk} = 16;
-    __shared__ __align__(16) float {n["As"]}[2][{bk}][{bm} + 4];  // +4: float4-aligned rows, fewer bank conflicts
-    __shared__ __align__(16) float {n["Bs"]}[2][{bk}][{bn}];
-
-    const int {n["tid"]} = threadIdx.x;
-    const int {n["tx"]} = {n["tid"]} % 16, {n["ty"]} = {n["tid"]} / 16;
-    const int {n["row0"]} = blockIdx.y * {bm}, {n["col0"]} = blockIdx.x * {bn};
-    float {n["accum"]}[4 * {quads_m}][4 * {quads_n}] = {{}};
-    float {n["a_next"]}[{bm} * {bk} / {THREADS}], {n["b_next"]}[{bn} * {bk} / {THREADS}];
-    const int {n["tiles"]} = ({match.depth} + {bk} - 1) / {bk};
-
-    {{
-        const int {n["k0"]} = 0;
-{load(n["k0"])}
-{store("0")}
-    }}
-    __syncthreads();
-
-    for (int {n["t"]} = 0; {n["t"]} < {n["tiles"]}; ++{n["t"]}) {{
-        const int {n["buf"]} = {n["t"]} & 1;
-        if ({n["t"]} + 1 < {n["tiles"]}) {{
-            const int {n["k0"]} = ({n["t"]} + 1) * {bk};
-    {load(n["k0"]).replace(chr(10), chr(10) + "    ")}
-        }}
-        #pragma unroll
-        for (int {n["kk"]} = 0; {n["kk"]} < {bk}; ++{n["kk"]}) {{
-            float {n["a_frag"]}[4 * {quads_m}], {n["b_frag"]}[4 * {quads_n}];
-            #pragma unroll
-            for (int {n["q"]} = 0; {n["q"]} < {quads_m}; ++{n["q"]}) {{
-                const float4 {n["v"]} = *reinterpret_cast<const float4*>(&{n["As"]}[{n["buf"]}][{n["kk"]}][{n["q"]} * 64 + {n["ty"]} * 4]);
-                {n["a_frag"]}[4 * {n["q"]}] = {n["v"]}.x; {n["a_frag"]}[4 * {n["q"]} + 1] = {n["v"]}.y;
-                {n["a_frag"]}[4 * {n["q"]} + 2] = {n["v"]}.z; {n["a_frag"]}[4 * {n["q"]} + 3] = {n["v"]}.w;
-            }}
-            #pragma unroll
-            for (int {n["q"]} = 0; {n["q"]} < {quads_n}; ++{n["q"]}) {{
-                const float4 {n["v"]} = *reinterpret_cast<const float4*>(&{n["Bs"]}[{n["buf"]}][{n["kk"]}][{n["q"]} * 64 + {n["tx"]} * 4]);
-                {n["b_frag"]}[4 * {n["q"]}] = {n["v"]}.x; {n["b_frag"]}[4 * {n["q"]} + 1] = {n["v"]}.y;
-                {n["b_frag"]}[4 * {n["q"]} + 2] = {n["v"]}.z; {n["b_frag"]}[4 * {n["q"]} + 3] = {n["v"]}.w;
-            }}
-            #pragma unroll
-            for (int {i} = 0; {i} < 4 * {quads_m}; ++{i})
-                #pragma unroll
-                for (int {n["j"]} = 0; {n["j"]} < 4 * {quads_n}; ++{n["j"]})
-                    {n["accum"]}[{i}][{n["j"]}] = fmaf({n["a_frag"]}[{i}], {n["b_frag"]}[{n["j"]}], {n["accum"]}[{i}][{n["j"]}]);
-        }}
-        // The other buffer was last read before the previous barrier, so it is free to fill now.
-        if ({n["t"]} + 1 < {n["tiles"]}) {{
-    {store(f"{n['buf']} ^ 1").replace(chr(10), chr(10) + "    ")}
-        }}
-        __syncthreads();
-    }}
-
-    // Each thread's rows are ty*4 .. ty*4+3 in each 64-row slab of the tile (columns likewise), so
-    // the float4 reads above are conflict-free; the user's statements after the loop run once per output.
-    #pragma unroll
-    for (int {i} = 0; {i} < 4 * {quads_m}; ++{i}) {{
-        const int {row} = {n["row0"]} + ({i} / 4) * 64 + {n["ty"]} * 4 + {i} % 4;
-        #pragma unroll
-        for (int {n["j"]} = 0; {n["j"]} < 4 * {quads_n}; ++{n["j"]}) {{
-            const int {col} = {n["col0"]} + ({n["j"]} / 4) * 64 + {n["tx"]} * 4 + {n["j"]} % 4;
-{before}
-                if ({condition}) {{
-                    float {acc} = {n["accum"]}[{i}][{n["j"]}];
-{inside}
-                }}
-        }}
-    }}
-}}"""  # noqa: E501
