@@ -637,6 +637,20 @@ def declared_names(node: Node, tree: KernelTree) -> set[str]:
     return names
 
 
+# What a `break` or `continue` binds to.
+_JUMP_TARGETS = frozenset({"for_statement", "while_statement", "do_statement", "switch_statement"})
+
+
+def inside_loop(node: Node, top: Node) -> bool:
+    """Whether a loop or switch within the statement `top` holds the node (a jump there stays inside)."""
+    parent = node.parent
+    while parent is not None and parent != top.parent:
+        if parent.type in _JUMP_TARGETS:
+            return True
+        parent = parent.parent
+    return False
+
+
 def single_declaration(node: Node, tree: KernelTree) -> tuple[str, str, Node | None] | None:
     """`float acc = 0.0f;` -> ("float", "acc", value node); None for several declarators or arrays."""
     if node.type != "declaration":

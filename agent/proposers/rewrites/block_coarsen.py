@@ -26,7 +26,9 @@ from cuda_agent.agent.proposers.rewrites.shared_loop import is_thread_zero, thre
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     candidate_from,
+    declared_names,
     fresh_names,
+    inside_loop,
     is_barrier,
     walk,
     walk_with_comments,
@@ -46,7 +48,6 @@ _WARP_WIDE += (
     "cooperative_groups",
 )
 _OTHER_AXES = ("threadIdx.y", "threadIdx.z", "blockDim.y", "blockDim.z")
-_LOOPS = ("for_statement", "while_statement", "do_statement", "switch_statement")
 
 
 class _Unsupported(Exception):
@@ -162,7 +163,7 @@ def _carried(tree: KernelTree, phase: list[Node], declared: list[Node], position
     needed = []
     for declaration in declared:
         names = {text(n) for n in walk(declaration) if n.type == "identifier"} & read
-        own = _declared(declaration)
+        own = declared_names(declaration, tree)
         if not own & read:
             continue
         if not own <= positions:
@@ -173,23 +174,12 @@ def _carried(tree: KernelTree, phase: list[Node], declared: list[Node], position
     return sorted(set(needed), key=lambda d: d.start_byte)
 
 
-def _declared(declaration: Node) -> set[str]:
-    names = set()
-    for declarator in declaration.children_by_field_name("declarator"):
-        inner: Node | None = declarator
-        while inner is not None and inner.type != "identifier":
-            inner = inner.child_by_field_name("declarator")
-        if inner is not None:
-            names.add(text(inner))
-    return names
-
-
 def _thread_zero_only(tree: KernelTree, phase: list[Node], zero: set[str], positions: set[str]) -> bool:
     """Whether the phase is position declarations and one `if (tid == 0) { ... }` without an else."""
     work = [
         s
         for s in phase
-        if s.type != "comment" and not (s.type == "declaration" and _declared(s) <= positions)
+        if s.type != "comment" and not (s.type == "declaration" and declared_names(s, tree) <= positions)
     ]
     if len(work) != 1 or work[0].type != "if_statement" or work[0].child_by_field_name("alternative"):
         return False
@@ -208,7 +198,7 @@ def _rewritten(tree: KernelTree, statement: Node, thread: str, factor: int, last
         if node.type == "field_expression" and written == "blockDim.x":
             return f"(blockDim.x * {factor})"
         if node.type == "return_statement":
-            if not last or _inside_loop(node, statement):
+            if not last or inside_loop(node, statement):
                 raise _Unsupported("a return before a barrier, or inside a loop")
             return "continue;" if thread != "threadIdx.x" else "return;"
         return None
@@ -218,15 +208,6 @@ def _rewritten(tree: KernelTree, statement: Node, thread: str, factor: int, last
     return "\n".join(
         line[len(indent) :] if line.startswith(indent) else line for line in rewritten.split("\n")
     )
-
-
-def _inside_loop(node: Node, top: Node) -> bool:
-    parent = node.parent
-    while parent is not None and parent != top.parent:
-        if parent.type in _LOOPS:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _virtual_block(grid: str, factor: int) -> str:

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuda_agent.agent.proposers.tree import THREAD_BUILTINS, KernelTree, mentions, walk_with_comments
+from cuda_agent.agent.proposers.tree import (
+    THREAD_BUILTINS,
+    KernelTree,
+    inside_loop,
+    mentions,
+    walk_with_comments,
+)
 from tree_sitter import Node
 
 _GLOBAL_INDEX = frozenset(
@@ -27,7 +33,6 @@ _GLOBAL_INDEX = frozenset(
     }
 )
 _NEGATED = {">=": "<", ">": "<=", "<=": ">", "<": ">="}
-_LOOPS = frozenset({"for_statement", "while_statement", "do_statement", "switch_statement"})
 
 
 @dataclass(frozen=True)
@@ -130,19 +135,10 @@ def self_contained(tree: KernelTree, statement: Node, index: str) -> bool:
     for node in walk_with_comments(statement):
         if node.type in ("return_statement", "goto_statement") or tree.text(node) == "__shared__":
             return False
-        if node.type in ("break_statement", "continue_statement") and not _inside_loop(node, statement):
+        if node.type in ("break_statement", "continue_statement") and not inside_loop(node, statement):
             return False
         if node.type in ("assignment_expression", "update_expression"):
             target = node.child_by_field_name("left") or node.child_by_field_name("argument")
             if target is not None and target.type == "identifier" and tree.text(target) == index:
                 return False
     return True
-
-
-def _inside_loop(node: Node, top: Node) -> bool:
-    parent = node.parent
-    while parent is not None and parent != top.parent:
-        if parent.type in _LOOPS:
-            return True
-        parent = parent.parent
-    return False
