@@ -161,6 +161,45 @@ def test_a_maximum_started_at_the_first_value_counts_that_value_first() -> None:
         assert fuse_passes.propose(_target(other, "row_lse")) == []
 
 
+# A helper a pass, as "naive" kernels split them: written out, each pass is in a block of its own.
+TWO_HELPERS = (
+    SPEC
+    + """__device__ float largest(const float* v, int row, int width) {
+    float top = -INFINITY;
+    for (int i = 0; i < width; i++) top = fmaxf(top, v[row * width + i]);
+    return top;
+}
+
+__device__ float exp_total(const float* v, int row, int width, float top) {
+    float total = 0.f;
+    for (int i = 0; i < width; i++) total += expf(v[row * width + i] - top);
+    return total;
+}
+
+__global__ void row_lse(const float* x, float* out, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    float hi = largest(x, row, cols);
+    float sum = exp_total(x, row, cols, hi);
+    out[row] = hi + logf(sum);
+}"""
+)
+
+
+@needs_compiler
+def test_a_helper_a_pass_written_out_is_fused_across_the_two_blocks() -> None:
+    target = _target(TWO_HELPERS, "row_lse")
+    (inlined,) = inline_helper.propose(target)
+    written_out = reloaded(target, inlined.source)
+    body = fused(written_out)
+    assert body.count("for (") == 1 and "total += expf(v__ - top);" in body
+    assert body.index("float total = 0.f;") < body.index("for (")  # above both blocks now
+    assert "sum = total;" in body  # the second block keeps what it does after its loop
+    (one_pass,) = fuse_passes.propose(written_out)
+    split = warp_per_output.propose(reloaded(target, one_pass.source))
+    assert split and compile_kernel(device_source(split[0].source), "row_lse").ok
+
+
 @pytest.mark.parametrize(
     "change",
     [

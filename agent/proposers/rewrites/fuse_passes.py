@@ -22,7 +22,15 @@ from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._combine import declared_type
-from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, fresh_names, statements, walk
+from cuda_agent.agent.proposers.tree import (
+    Edit,
+    KernelTree,
+    candidate_from,
+    fresh_names,
+    identifiers_in,
+    statements,
+    walk,
+)
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -119,11 +127,11 @@ def _fused(tree: KernelTree, facts: KernelFacts, first: _First, second: Loop) ->
     if second.carried or len(second.reductions) != 1 or _writes(facts, second):
         raise _Unsupported("the second loop does more than one reduction")
     (reduction,) = second.reductions
-    between, outer = _between(tree, loop, second)
-    aliases, hoisted = _classified(between, outer, first.extreme, reduction)
-    declared_between = {_declared_name(s) for s in between if s.type == "declaration"}
-    read = {text(n) for n in walk(second.body) if n.type == "identifier"}
-    if read & (declared_between - aliases - set(reduction.accumulators)):
+    between, before, outer = _between(tree, loop, second)
+    aliases, hoisted, parameters = _classified(between, before, outer, first.extreme, reduction)
+    declared_between = {_declared_name(s) for s in (*between, *before) if s.type == "declaration"}
+    read = {text(n) for n in walk(second.node) if n.type == "identifier"}
+    if read & (declared_between - aliases - set(reduction.accumulators) - parameters):
         raise _Unsupported("the second loop reads what is computed between the loops")
     if len(statements(second.body)) != 1:
         raise _Unsupported("the second loop does more than its update")
@@ -138,6 +146,8 @@ def _fused(tree: KernelTree, facts: KernelFacts, first: _First, second: Loop) ->
     prologue: list[str] = []  # run just before the fused loop
     if reduction.combine == FIND_FIRST:
         at = _found_position(tree, statement, reduction, same)
+        if identifiers_in(tree, at) & parameters:
+            raise _Unsupported("the position reads a local of the second loop's block")
         better = ">" if first.combine == MAX else "<"
         body = [f"{kind} {v} = {tree.text(first.value)};", f"if ({v} {better} {m}) {{", f"{m} = {v};"]
         body += [f"{reduction.accumulators[0]} = {at};", "}"]
@@ -166,46 +176,74 @@ def _writes(facts: KernelFacts, loop: Loop) -> bool:
     )
 
 
-def _between(tree: KernelTree, first: Loop, second: Loop) -> tuple[list[Node], Node]:
-    """The statements run between the loops, and the statement of the second loop's block that holds the
-    first (the first loop itself, or a plain `{ }` block around it: a helper written out)."""
-    block = second.node.parent
-    if block is None or block.type != "compound_statement":
-        raise _Unsupported("the second loop is not a statement of a block")
-    found: list[Node] = []
-    node = first.node
-    while node.parent != block:
-        parent = node.parent
-        if parent is None or parent.type != "compound_statement":
-            raise _Unsupported("the first loop runs under a condition or another loop")
-        found += [s for s in statements(parent) if s.start_byte > node.start_byte]
-        node = parent
-    found += [s for s in statements(block) if node.end_byte <= s.start_byte < second.node.start_byte]
-    return found, node
+def _between(tree: KernelTree, first: Loop, second: Loop) -> tuple[list[Node], list[Node], Node]:
+    """(the statements run between the loops in the block that holds both, or after the first within
+    its own plain `{ }` blocks; those run before the second within its own plain blocks: a helper's
+    parameters written out; the statement of the common block that holds the first loop)."""
+    firsts, seconds = _plain_blocks(first.node), _plain_blocks(second.node)
+    common = next((b for b, _ in firsts if any(b == c for c, _ in seconds)), None)
+    if common is None:
+        raise _Unsupported("the loops are in unrelated blocks")
+    outer = next(child for b, child in firsts if b == common)
+    inner = next(child for b, child in seconds if b == common)
+    if outer.end_byte > inner.start_byte:
+        raise _Unsupported("the second loop is not after the first")
+    after: list[Node] = []
+    for block, child in firsts:
+        if block == common:
+            break
+        after += [s for s in statements(block) if s.start_byte > child.start_byte]
+    after += [s for s in statements(common) if outer.end_byte <= s.start_byte < inner.start_byte]
+    before: list[Node] = []
+    for block, child in seconds:
+        if block == common:
+            break
+        before = [s for s in statements(block) if s.end_byte <= child.start_byte] + before
+    return after, before, outer
+
+
+def _plain_blocks(node: Node) -> list[tuple[Node, Node]]:
+    """(block, its statement that holds the node) for each `{ }` around the node, innermost first, up to
+    the first that is not a plain block inside another (a function's body, a branch, a loop)."""
+    found = []
+    while node.parent is not None and node.parent.type == "compound_statement":
+        found.append((node.parent, node))
+        node = node.parent
+    return found
 
 
 def _classified(
-    between: list[Node], outer: Node, extreme: str, reduction: Reduction
-) -> tuple[set[str], list[Node]]:
-    """(the names holding a copy of the maximum, the second loop's starting declarations to move up)."""
-    aliases, hoisted = {extreme}, []
+    between: list[Node], before: list[Node], outer: Node, extreme: str, reduction: Reduction
+) -> tuple[set[str], list[Node], set[str]]:
+    """(the names holding a copy of the maximum, the second loop's starting values to move above the
+    first loop, the locals the second loop's own block declares from earlier values: a written-out
+    helper's parameters, which stay where they are)."""
+    aliases, hoisted, parameters = {extreme}, [], set()
     accumulators = set(reduction.accumulators)
-    for statement in between:
+    declared = set()
+    for statement in (*between, *before):
         if any(n.type in ("call_expression", "update_expression") for n in walk(statement)):
             raise _Unsupported("a call or an update between the loops")
         names = {text(n) for n in walk(statement) if n.type == "identifier"}
-        declared = _declared_name(statement) if statement.type == "declaration" else None
-        if declared in accumulators and statement.parent == outer.parent and _constant_start(statement):
-            hoisted.append(statement)
-            continue
-        if names & accumulators:
-            raise _Unsupported("a statement between the loops reads or sets the second loop's result")
+        name = _declared_name(statement) if statement.type == "declaration" else None
         copy = _copy(statement)
-        if copy is not None and copy[1] in aliases:
+        if name in accumulators and _constant_start(statement):
+            if statement.parent != outer.parent and statement not in before:
+                raise _Unsupported("the second loop's start is declared in the first's block")
+            hoisted.append(statement)
+        elif names & accumulators:
+            raise _Unsupported("a statement between the loops reads or sets the second loop's result")
+        elif copy is not None and copy[1] in aliases:
             aliases.add(copy[0])
         elif statement.type != "declaration":
             raise _Unsupported("a statement between the loops the fusion would reorder")
-    return aliases, hoisted
+        elif statement in before and name is not None and not names & (declared | aliases):
+            parameters.add(name)
+        elif statement in before:
+            raise _Unsupported("the second loop's block reads what is computed between the loops")
+        if name is not None:
+            declared.add(name)
+    return aliases, hoisted, parameters
 
 
 def _copy(statement: Node) -> tuple[str, str] | None:
