@@ -248,3 +248,25 @@ def test_fused_passes_split_across_lanes_verify_and_beat_the_two_pass_split_on_t
             best_one = max(r.speedup or 0 for r in results[2:])
             print(f"{name}: two passes split {best_two:.2f}x, one pass split {best_one:.2f}x")
             assert best_one > best_two * 1.1, seen
+
+
+@pytest.mark.gpu
+def test_a_helper_a_pass_fused_and_split_verifies_on_the_gpu() -> None:
+    from cuda_agent.agent.engine import Engine, EngineSettings
+    from cuda_agent.agent.search import combine
+
+    target = _target(TWO_HELPERS, "row_lse")
+    (inlined,) = inline_helper.propose(target)
+    written_out = reloaded(target, inlined.source)
+    (one_pass,) = fuse_passes.propose(written_out)
+    fused_target = reloaded(target, one_pass.source)
+    steps = [
+        combine(one_pass, split, fused_target, target) for split in warp_per_output.propose(fused_target)
+    ]
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        baseline = engine.baseline(target)
+        assert baseline.usable, baseline.error
+        results = engine.evaluate(baseline, [one_pass, *steps[:2]])
+        seen = shown(baseline.target, results)
+        assert all(r.verified for r in results), seen
+        assert max(r.speedup or 0 for r in results) > 2.0, seen
