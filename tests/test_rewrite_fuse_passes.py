@@ -186,6 +186,36 @@ __global__ void row_lse(const float* x, float* out, int rows, int cols) {
 )
 
 
+# The maximum kept by an `if`, started at the row's first element of a flat row offset, the sum braced.
+IF_SPELLED = (
+    SPEC
+    + """__global__ void row_lse(const float* x, float* out, int rows, int cols) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        int rowStart = r * cols;
+        float maxVal = x[rowStart];
+        for (int i = 1; i < cols; ++i) {
+            if (x[rowStart + i] > maxVal) {
+                maxVal = x[rowStart + i];
+            }
+        }
+        float denom = 0.0f;
+        for (int i = 0; i < cols; ++i) {
+            denom += expf(x[rowStart + i] - maxVal);
+        }
+        out[r] = maxVal + logf(denom);
+    }
+}"""
+)
+
+
+@needs_compiler
+def test_a_maximum_kept_by_an_if_from_the_first_element_of_a_flat_row() -> None:
+    body = fused(_target(IF_SPELLED, "row_lse"))
+    assert body.count("for (") == 1 and "float v = x[rowStart + i];" in body
+    assert "denom *= expf(maxVal - v);" in body and body.index("denom += 1.0f;") < body.index("for (")
+
+
 @needs_compiler
 def test_a_helper_a_pass_written_out_is_fused_across_the_two_blocks() -> None:
     target = _target(TWO_HELPERS, "row_lse")
