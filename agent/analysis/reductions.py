@@ -192,18 +192,18 @@ def _rescaled_sum(node: Node, s: str) -> str | None:
         return None
     right = unwrap(right)
     if operator.type in ("*=", "+="):
-        return _exponential(right)
+        return exponential(right)
     if operator.type != "=" or right.type != "binary_expression":
         return None
     op, a, b = (right.child_by_field_name(f) for f in ("operator", "left", "right"))
     if op is None or a is None or b is None:
         return None
     if op.type == "+":
-        scaled, added = unwrap(a), _exponential(unwrap(b))
+        scaled, added = unwrap(a), exponential(unwrap(b))
         if added is None:
             return None
         return added if _scaled(scaled, s) else None
-    return _exponential(unwrap(b)) if op.type == "*" and _is(a, s) else None
+    return exponential(unwrap(b)) if op.type == "*" and _is(a, s) else None
 
 
 def _scaled(node: Node, s: str) -> bool:
@@ -215,13 +215,14 @@ def _scaled(node: Node, s: str) -> bool:
         and a is not None
         and b is not None
         and (
-            (_is(a, s) and _exponential(unwrap(b)) is not None)
-            or (_is(b, s) and _exponential(unwrap(a)) is not None)
+            (_is(a, s) and exponential(unwrap(b)) is not None)
+            or (_is(b, s) and exponential(unwrap(a)) is not None)
         )
     )
 
 
-def _exponential(node: Node) -> str | None:
+def exponential(node: Node) -> str | None:
+    """The function's name when the node is a call of an exponential (`expf(...)`, `__expf`, `hexp`)."""
     function = node.child_by_field_name("function") if node.type == "call_expression" else None
     name = text(function) if function is not None else ""
     return name if name in _EXPONENTIALS else None

@@ -30,6 +30,7 @@ from cuda_agent.agent.proposers.tree import (
     fresh_names,
     inside_loop,
     is_barrier,
+    reindent,
     walk,
     walk_with_comments,
 )
@@ -76,7 +77,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
             return []
         launch = target.spec.launch
         grid = tuple(_virtual_block(g, factor) for g in launch.grid)
-        shared_bytes = _virtual_block(str(launch.shared_bytes), factor)  # dynamic shared memory: the block's
+        shared_bytes = _virtual_block(launch.shared_bytes, factor)  # dynamic shared memory: the block's
         candidates.append(
             candidate_from(
                 target,
@@ -203,13 +204,9 @@ def _rewritten(tree: KernelTree, statement: Node, thread: str, factor: int, last
             return "continue;" if thread != "threadIdx.x" else "return;"
         return None
 
-    rewritten = tree.substituted(statement, substitute)
-    indent = tree.indent_at(statement.start_byte)
-    return "\n".join(
-        line[len(indent) :] if line.startswith(indent) else line for line in rewritten.split("\n")
-    )
+    return reindent(tree.substituted(statement, substitute), tree.indent_at(statement.start_byte), "")
 
 
-def _virtual_block(grid: str, factor: int) -> str:
+def _virtual_block(expression: str, factor: int) -> str:
     """A launch expression (grid, dynamic shared bytes) with the block read as the original block's size."""
-    return grid.replace("block.x", f"(block.x * {factor})")
+    return expression.replace("block.x", f"(block.x * {factor})")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.facts import FIND_FIRST, MAX, MIN, SUM, Loop, Reduction
 from cuda_agent.agent.analysis.forms import Form
+from cuda_agent.agent.analysis.reductions import exponential
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._combine import declared_type
@@ -35,8 +36,6 @@ from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
 PROPOSER = "rewrite:fuse-passes"
-_EXPONENTIALS = frozenset({"expf", "__expf", "exp"})
-_EXTREMES = {"fmaxf": MAX, "fmax": MAX, "max": MAX, "fminf": MIN, "fmin": MIN, "min": MIN}
 # Starting values whose move above the first loop changes nothing: numbers and constants (`-INFINITY`).
 _CONSTANT_NODES = frozenset({"number_literal", "true", "false", "null", "unary_expression"})
 
@@ -92,11 +91,11 @@ def _first_pass(tree: KernelTree, facts: KernelFacts, loop: Loop) -> _First | No
     body = [s for s in statements(loop.body) if s.type != "declaration"]
     if len(body) != 1:
         return None
-    value = _folded_value(tree, reduction)
+    value = _folded_value(reduction)
     return _First(loop, reduction.accumulators[0], reduction.combine, value) if value is not None else None
 
 
-def _folded_value(tree: KernelTree, reduction: Reduction) -> Node | None:
+def _folded_value(reduction: Reduction) -> Node | None:
     """`v` of `m = fmaxf(m, v)`, `m = v > m ? v : m` or `if (v > m) m = v;`."""
     (node,) = reduction.statements
     right = node.child_by_field_name("right") if node.type == "assignment_expression" else None
@@ -363,10 +362,10 @@ def _exponential_of_shift(statement: Node, reduction: Reduction, same: _SameValu
     if operator is None or right is None or operator.type != "+=" or update.parent != statement:
         raise _Unsupported("not `s += term`")
     call = unwrap(right)
-    function = call.child_by_field_name("function") if call.type == "call_expression" else None
+    function = exponential(call)
     arguments = call.child_by_field_name("arguments")
     args = [a for a in arguments.named_children if a.type != "comment"] if arguments else []
-    if function is None or text(function) not in _EXPONENTIALS or len(args) != 1:
+    if function is None or len(args) != 1:
         raise _Unsupported("the term is not an exponential")
     shift = unwrap(args[0])
     operator = shift.child_by_field_name("operator") if shift.type == "binary_expression" else None
@@ -375,7 +374,7 @@ def _exponential_of_shift(statement: Node, reduction: Reduction, same: _SameValu
         raise _Unsupported("the exponential is not of a shifted value")
     if not (same(left) and same.is_extreme(right)):
         raise _Unsupported("the exponential is not of the value less the maximum")
-    return text(function)
+    return function
 
 
 def _edits(
@@ -426,9 +425,7 @@ def _edits(
 
 def _deleted_line(tree: KernelTree, node: Node) -> Edit:
     """The node with the whitespace before it on its line and the line break after it."""
-    start = tree.data.rfind(b"\n", 0, node.start_byte) + 1
-    if tree.data[start : node.start_byte].strip():
-        start = node.start_byte
+    start = tree.data.rfind(b"\n", 0, node.start_byte) + 1 if tree.starts_line(node) else node.start_byte
     end = node.end_byte
     if tree.data[end : end + 1] == b"\n":
         end += 1
