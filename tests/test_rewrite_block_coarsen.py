@@ -91,6 +91,14 @@ def test_the_blocks_size_read_through_blockdim_is_the_original_blocks() -> None:
     assert "const int local = threadIdx.x;" in tail and "for (int e" not in tail
 
 
+@needs_compiler
+def test_a_position_made_from_another_is_declared_again_with_it() -> None:
+    # thread 0's phase reads i, which is made from base and local: all three are declared again there
+    source = BLOCK_MAX.replace("partial[blockIdx.x] = best;", "partial[blockIdx.x] = i < n ? best : 0.0f;")
+    tail = coarsened(_target(source, "block_absmax"), 4).split("__syncthreads();")[1]
+    assert tail.index("const int local") < tail.index("const int base") < tail.index("const int i = base")
+
+
 @pytest.mark.parametrize(
     "change",
     [

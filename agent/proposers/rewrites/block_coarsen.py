@@ -159,20 +159,20 @@ def _positions(tree: KernelTree, facts: KernelFacts) -> set[str]:
 
 
 def _carried(tree: KernelTree, phase: list[Node], declared: list[Node], positions: set[str]) -> list[Node]:
-    """The earlier phases' declarations this phase reads: positions to declare again, in their order."""
+    """The earlier phases' declarations this phase reads: positions to declare again, in their order. A
+    position made from another (`int i = base + tid;`) brings that one's declaration too, so the latest
+    are looked at first."""
     read = {text(n) for s in phase for n in walk(s) if n.type == "identifier"}
     needed = []
-    for declaration in declared:
-        names = {text(n) for n in walk(declaration) if n.type == "identifier"} & read
+    for declaration in reversed(declared):
         own = declared_names(declaration, tree)
         if not own & read:
             continue
         if not own <= positions:
             raise _Unsupported(f"{', '.join(sorted(own & read))} carries a value across a barrier")
         needed.append(declaration)
-        read |= names
-    # a position may be made from another (`int i = base + tid;`): those it reads come first
-    return sorted(set(needed), key=lambda d: d.start_byte)
+        read |= {text(n) for n in walk(declaration) if n.type == "identifier"}
+    return needed[::-1]
 
 
 def _thread_zero_only(tree: KernelTree, phase: list[Node], zero: set[str], positions: set[str]) -> bool:
