@@ -107,8 +107,9 @@ def propose(target: KernelTarget) -> list[Candidate]:
     if trips and all(t is not None and t >= LONG_LOOP for t in trips):
         # the largest block first, then a block and a warp in turn: the first two (the ones the search
         # takes further at once) are one of each
-        blocks = [c for (width, _), c in zip(SHAPES, candidates, strict=True) if width == BLOCK][::-1]
-        warps = [c for c in candidates if c not in blocks]
+        shaped = list(zip(SHAPES, candidates, strict=True))
+        blocks = [c for (width, _), c in shaped if width == BLOCK][::-1]
+        warps = [c for (width, _), c in shaped if width != BLOCK]
         candidates = [c for pair in zip_longest(blocks, warps) for c in pair if c is not None]
     return candidates
 
