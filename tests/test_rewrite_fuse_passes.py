@@ -192,18 +192,18 @@ IF_SPELLED = (
     + """__global__ void row_lse(const float* x, float* out, int rows, int cols) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r < rows) {
-        int rowStart = r * cols;
-        float maxVal = x[rowStart];
-        for (int i = 1; i < cols; ++i) {
-            if (x[rowStart + i] > maxVal) {
-                maxVal = x[rowStart + i];
+        int base = r * cols;
+        float peak = x[base];
+        for (int c = 1; c < cols; ++c) {
+            if (x[base + c] > peak) {
+                peak = x[base + c];
             }
         }
-        float denom = 0.0f;
-        for (int i = 0; i < cols; ++i) {
-            denom += expf(x[rowStart + i] - maxVal);
+        float z = 0.0f;
+        for (int c = 0; c < cols; ++c) {
+            z += expf(x[base + c] - peak);
         }
-        out[r] = maxVal + logf(denom);
+        out[r] = peak + logf(z);
     }
 }"""
 )
@@ -212,8 +212,8 @@ IF_SPELLED = (
 @needs_compiler
 def test_a_maximum_kept_by_an_if_from_the_first_element_of_a_flat_row() -> None:
     body = fused(_target(IF_SPELLED, "row_lse"))
-    assert body.count("for (") == 1 and "float v = x[rowStart + i];" in body
-    assert "denom *= expf(maxVal - v);" in body and body.index("denom += 1.0f;") < body.index("for (")
+    assert body.count("for (") == 1 and "float v = x[base + c];" in body
+    assert "z *= expf(peak - v);" in body and body.index("z += 1.0f;") < body.index("for (")
 
 
 @needs_compiler
