@@ -239,6 +239,15 @@ def test_a_batched_gemv_reads_the_shared_vector_once() -> None:
     assert "if (batch + f < B) sum[f] += a[f][j] * v_val;" in body
 
 
+def test_an_operator_defined_in_the_file_does_not_hide_the_rewrite() -> None:
+    # an operator's definition has no plain name: it must not count as a call to every unnamed node
+    operator = (
+        "__device__ float2 operator+(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }\n"
+    )
+    source = BATCHED.replace("__global__", operator + "__global__", 1)
+    assert source != BATCHED and len(coarsen.propose(_target(source, "batched_gemv"))) == 3
+
+
 # the pointwise convolution over a batch along z: coarsening the batch would share the weights, which a
 # warp's lanes read together anyway; coarsening the output channels shares the pixels, one a lane
 BATCH_OF_IMAGES = """/* cuda-agent

@@ -31,6 +31,7 @@ from cuda_agent.agent.proposers.tree import (
     build_candidate,
     declared_names,
     fresh_names,
+    has_any,
     identifiers,
     line_indent,
     size_expression,
@@ -49,6 +50,7 @@ _EXITS = ("return_statement", "goto_statement")
 _JUMPS = (*_EXITS, "break_statement", "continue_statement")
 # where `k + f` needs no parentheses (a call's argument may be a macro's, pasted in as written)
 _BARE = ("subscript_argument_list", "parenthesized_expression", "init_declarator")
+_HEADED = ("if_statement", "for_statement")  # a header (`_HEADER`) and bodies (`_BODIES`)
 _HEADER, _BODIES = ("initializer", "condition", "update"), ("consequence", "alternative", "body")
 
 
@@ -71,6 +73,11 @@ class _Axis:
         """An offset depends on the axis when it holds one of these (or an opaque atom naming one)."""
         return frozenset({*self.steps, f"blockIdx.{'xyz'[self.position]}"})
 
+    @property
+    def declarations(self) -> list[Node]:
+        """The declarations the rewrite edits: the index's, and a split's quotient's."""
+        return [self.index.declaration, *([self.quotient.declaration] if self.quotient else [])]
+
 
 @dataclass
 class _Plan:
@@ -85,6 +92,11 @@ class _Plan:
         """The loads in loops read once for all the values: what the coarsening saves."""
         loads = [a for a, _ in self.hoisted.values()] + self.once
         return sorted((a for a in loads if a.loops), key=lambda a: a.node.start_byte)
+
+    def saving(self) -> tuple[int, int]:
+        """The loads read once that differ across the lanes (a broadcast is cheap anyway), then all."""
+        loads = self.reused()
+        return sum(a.lane_stride != 0 for a in loads), len(loads)
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -103,14 +115,13 @@ def propose(target: KernelTarget) -> list[Candidate]:
             plans.append(_plan(tree, facts, guard, axis))
         except _Unsupported:
             continue
-    # the axis saving the most: loads in loops that differ across the lanes (a broadcast is cheap anyway)
-    scores = [(sum(a.lane_stride != 0 for a in p.reused()), len(p.reused())) for p in plans]
-    if not plans or max(scores)[1] == 0:
+    plan = max(plans, key=_Plan.saving, default=None)  # the first of the axes saving the most
+    loads = plan.reused() if plan is not None else []
+    if plan is None or not loads:
         return []
-    plan = plans[scores.index(max(scores))]
     name, launch = plan.axis.index.name, target.spec.launch
     f, groups = fresh_names(tree.names() | {r for _, r in plan.hoisted.values()}, "f", f"{name}_groups")
-    reused = ", ".join(dict.fromkeys(tree.text(a.node) for a in plan.reused()))
+    reused = ", ".join(dict.fromkeys(tree.text(a.node) for a in loads))
     candidates = []
     for factor in FACTORS:
         grid = list(launch.grid)
@@ -163,9 +174,10 @@ def _axis(
     bounds = [b for b in guard.bounds if b.index == index.name]
     checks = tuple(b.bound_text for b in bounds)
     if index.axis == letter:  # a global index: as far as the bounds check says, where the grid reaches it
-        if not bounds or not _covers(tree, position, bounds[0].bound):
+        extent = _covered(tree, position, bounds[0].bound) if bounds else None
+        if extent is None:
             return None
-        grid = f"ceil_div({bound_terms(tree, bounds[0].bound)[1]}, block.{letter} * {{F}})"
+        grid = f"ceil_div({extent}, block.{letter} * {{F}})"
         return _Axis(index, GLOBAL, position, (thread,), checks, grid)
     if index.form == Form.atom(block):  # the block number: as far as the grid goes, a parameter's value
         extent = _parameter_valued(tree, grid)
@@ -234,9 +246,9 @@ def _grid_in_groups(grid: str, divisor: str) -> str | None:
     return " * ".join(written)
 
 
-def _covers(tree: KernelTree, position: int, bound: Form) -> bool:
-    """Whether the original grid reaches the bound at every size the spec runs (the new grid reaches just
-    past it, so both compute the same outputs)."""
+def _covered(tree: KernelTree, position: int, bound: Form) -> str | None:
+    """The bound in the spec's sizes, where the original grid reaches it at every size the spec runs (the
+    new grid reaches just past it, so both compute the same outputs); else None."""
     spec = tree.target.spec
     assert spec is not None
     try:
@@ -244,10 +256,10 @@ def _covers(tree: KernelTree, position: int, bound: Form) -> bool:
         for sizes in (complete_sizes(spec, overrides) for overrides in [{}, *spec.verify_sizes]):
             launch = resolve(spec, sizes)[1]
             if launch.grid[position] * launch.block[position] < evaluate(extent, sizes):
-                return False
+                return None
     except (NotInSizes, SpecResolveError, ExpressionError):
-        return False
-    return True
+        return None
+    return extent
 
 
 # -- what runs once, and what once per value -----------------------------------------------------------
@@ -260,7 +272,7 @@ def _plan(tree: KernelTree, facts: KernelFacts, guard: Guard, axis: _Axis) -> _P
     assert consequence is not None
     body = top[at + 1 :] if guard.early_return else statements(consequence)
     name = axis.index.name
-    own = [axis.index.declaration] + ([axis.quotient.declaration] if axis.quotient else [])
+    own = axis.declarations
     if not all(d in top[:at] for d in own) or any(name in identifiers(s) for s in top[:at] if s not in own):
         raise _Unsupported("the axis is declared after the bounds check, or read before it")
     if any(name in identifiers(node) for node in guard.others):
@@ -279,13 +291,18 @@ def _plan(tree: KernelTree, facts: KernelFacts, guard: Guard, axis: _Axis) -> _P
 
 def _declared(node: Node) -> list[str]:
     """The names declared in the node, once per declaration (a name declared twice is listed twice)."""
-    found = []
-    for declaration in (n for n in walk(node) if n.type == "declaration"):
-        for declarator in declaration.children_by_field_name("declarator"):
-            while declarator is not None and declarator.type != "identifier":
-                declarator = declarator.child_by_field_name("declarator")
-            found += [text(declarator)] if declarator is not None else []
-    return found
+    declarations = (n for n in walk(node) if n.type == "declaration")
+    names = (_declarator_name(d) for n in declarations for d in n.children_by_field_name("declarator"))
+    return [name for name in names if name]
+
+
+def _declarator_name(node: Node) -> str:
+    """The name a declarator or a function definition declares (through `*`, `[]`, `= value`, `(...)`),
+    or "" where it ends in something else (an operator)."""
+    inner: Node | None = node
+    while inner is not None and inner.type != "identifier":
+        inner = inner.child_by_field_name("declarator")
+    return text(inner) if inner is not None else ""
 
 
 def _per_value(body: list[Node], axis: str) -> set[str]:
@@ -297,7 +314,7 @@ def _per_value(body: list[Node], axis: str) -> set[str]:
         if node.type in ("compound_statement", "else_clause"):
             for child in node.named_children:
                 visit(child, context)
-        elif node.type in ("if_statement", "for_statement"):
+        elif node.type in _HEADED:
             inner = context | _header_names(node)
             sets.extend((_set_in(h), inner) for h in filter(None, map(node.child_by_field_name, _HEADER)))
             for child in filter(None, map(node.child_by_field_name, _BODIES)):
@@ -337,13 +354,12 @@ def _sort(tree: KernelTree, facts: KernelFacts, plan: _Plan, block: list[Node], 
     none runs once, its body sorted in turn; a declaration of one becomes an array; the rest runs once per
     value. The loads of a declaration or an expression statement the same for every value get registers."""
     for statement in block:
-        header = _header_names(statement)
         if not identifiers(statement) & plan.per_value:
-            if any(n.type in _EXITS for n in walk(statement)):
+            if has_any(statement, _EXITS):
                 raise _Unsupported("a return after the bounds check")
         elif statement.type == "compound_statement":
             _sort(tree, facts, plan, statements(statement), taken)
-        elif statement.type in ("if_statement", "for_statement") and not header & plan.per_value:
+        elif statement.type in _HEADED and not _header_names(statement) & plan.per_value:
             for child in filter(None, map(statement.child_by_field_name, _BODIES)):
                 _sort(
                     tree, facts, plan, child.named_children if child.type == "else_clause" else [child], taken
@@ -351,7 +367,7 @@ def _sort(tree: KernelTree, facts: KernelFacts, plan: _Plan, block: list[Node], 
         elif statement.type == "declaration":
             plan.arrays[_array(tree, statement)[1]] = statement
             _hoist(tree, facts, plan, statement, taken)
-        elif any(n.type in _JUMPS for n in walk(statement)):
+        elif has_any(statement, _JUMPS):
             raise _Unsupported("a jump out of a statement run once per value")
         else:
             plan.units.append(statement)
@@ -420,8 +436,8 @@ def _check_memory(tree: KernelTree, facts: KernelFacts, plan: _Plan) -> None:
     depend on the axis (nothing the names missed)."""
     regions, axis = [*plan.units, *plan.arrays.values()], plan.axis
     for access in facts.accesses:
-        start = access.node.start_byte
-        per_value = _here(tree, access) and any(r.start_byte <= start < r.end_byte for r in regions)
+        start, here = access.node.start_byte, _here(tree, access)
+        per_value = here and any(r.start_byte <= start < r.end_byte for r in regions)
         if access.write:
             steps = [access.offset.coefficient(a) for a in axis.steps]
             rest = access.offset
@@ -431,7 +447,7 @@ def _check_memory(tree: KernelTree, facts: KernelFacts, plan: _Plan) -> None:
                 raise _Unsupported(f"a store to {access.array} not per value, or not affine in the axis")
             if not sum((s for s in steps if s is not None), Form()).terms:
                 raise _Unsupported(f"every value stores to the same element of {access.array}")
-        elif _here(tree, access) and not per_value:
+        elif here and not per_value:
             if _depends(axis, access.offset, access.hidden):
                 raise _Unsupported(f"{tree.text(access.node)} depends on the axis through a name not seen")
             plan.once.append(access)
@@ -446,26 +462,21 @@ def _hidden_effects(tree: KernelTree) -> bool:
     kernel's locals, a call to a function of the file that may store or take references, or a local's
     address taken."""
     definitions, local = file_definitions(tree.root), declared_names(tree.body, tree)
-    functions = {_declared_name(n) for n in walk(tree.root) if n.type == "function_definition"}
+    functions = {_declarator_name(n) for n in walk(tree.root) if n.type == "function_definition"}
+    # not expanded by the analysis; an operator's definition has no name a call could spell
+    calls = functions - set(definitions.inlines) - {""}
     for node in walk(tree.body):
         name = text(node) if node.type == "identifier" else ""
         inline = definitions.inlines.get(name)
         macro = definitions.constants.get(name) or (inline.body if inline else None)
         if macro is not None and (identifiers(macro) - set(inline.parameters if inline else ())) & local:
             return True
-        if name in functions - set(definitions.inlines):
+        if name in calls:
             return True
         argument = node.child_by_field_name("argument") if node.type == "pointer_expression" else None
         if argument is not None and text(node).startswith("&") and text(unwrap(argument)) in local:
             return True
     return False
-
-
-def _declared_name(definition: Node) -> str:
-    declarator = definition.child_by_field_name("declarator")
-    while declarator is not None and declarator.type != "identifier":
-        declarator = declarator.child_by_field_name("declarator")
-    return text(declarator) if declarator is not None else ""
 
 
 # -- the rewrite ---------------------------------------------------------------------------------------
@@ -475,10 +486,7 @@ def _edits(tree: KernelTree, plan: _Plan, factor: int, f: str, groups: str) -> l
     axis, name = plan.axis, plan.axis.index.name
     value = _value(axis.index)
     assert value is not None
-    first = min(
-        [axis.index.declaration, *([axis.quotient.declaration] if axis.quotient else [])],
-        key=lambda d: d.start_byte,
-    )
+    first = min(axis.declarations, key=lambda d: d.start_byte)
     indent = line_indent(tree, first)
     header = f"// each thread computes {name} .. {name} + {factor - 1}, "
     header += f"sharing the work that does not depend on {name}\n{indent}"
