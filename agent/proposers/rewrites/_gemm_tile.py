@@ -74,14 +74,15 @@ class Contraction:
     accumulator: str  # the local that holds the sum in the epilogue
     before: str  # declarations before the bounds check (other than the indices), re-run per output
     inside: str  # the statements under the bounds check, with the sum in `accumulator`
+    # `inside` with the pieces of a flat index declared from the output's place (`int t2 = out_col;`)
+    # instead of divided out of it again: the same values under the bounds check, without the divisions
+    # (without a flat index, `inside` itself).
+    inside_placed: str
     condition: str  # the bounds check, true for an output that is written
     place: tuple[str, str]  # the names the epilogue gives an output's row and col
     batch: bool  # blockIdx.z is a batch index, kept
     batch_spec: str | None = None  # the batch's extent, for a flat index taken apart (else the launch's z)
     flat: str | None = None  # `const int idx = ...;` from the output's place, for a flat index
-    # `inside` with the pieces of a flat index declared from the output's place (`int t2 = out_col;`)
-    # instead of divided out of it again: the same values under the bounds check, without the divisions.
-    inside_placed: str | None = None
     # True for a tile none of whose outputs reads the sum, in the tile's corners `{first_row}`,
     # `{last_row}`, `{first_col}`, `{last_col}`; None where that is not known.
     unread: str | None = None
@@ -92,12 +93,12 @@ def description(contraction: Contraction, shape: Shape) -> str:
     per_thread = f"{4 * shape.quads_m}x{4 * shape.quads_n} outputs per thread in registers"
     if not shape.vector:
         return f"tiled contraction over {contraction.k}: {tile_m}x{tile_n} shared-memory tiles, {per_thread}"
-    vectors = [contraction.a.vector_at is not None, contraction.b.vector_at is not None]
+    vectors = (contraction.a.vector_at is not None, contraction.b.vector_at is not None)
     loads = {
         (True, True): ", float4 loads of both factors where aligned",
         (True, False): ", float4 loads of the row factor where aligned",
         (False, True): ", float4 loads of the col factor where aligned",
-    }.get((vectors[0], vectors[1]), "")
+    }.get(vectors, "")
     skipped = ", tiles no output reads skipped" if contraction.unread else ""
     return (
         f"tiled contraction over {contraction.k}: {tile_m}x{tile_n}x{VECTOR_DEPTH} tiles{loads}, "
@@ -105,10 +106,18 @@ def description(contraction: Contraction, shape: Shape) -> str:
     )
 
 
+def template_names(tree: KernelTree, contraction: Contraction) -> dict[str, str]:
+    """The locals both templates declare, in names the kernel does not use: found once for all the shapes
+    (a name's choice depends only on the kernel's own names, not on the others wanted with it)."""
+    vectors = max(len(contraction.a.addresses), len(contraction.b.addresses))
+    wanted = dict.fromkeys((*_SCALAR_LOCALS, *_VECTOR_LOCALS, *(f"v{m}" for m in range(vectors))))
+    return local_names(tree, *wanted)
+
+
 def _output_statements(contraction: Contraction, pad: str, value: str, placed: bool = False) -> str:
     """The user's statements after the loop for the output at `contraction.place`, the sum in `value`."""
     before = "\n".join(pad + line.strip() for line in contraction.before.splitlines())
-    inside = contraction.inside_placed if placed and contraction.inside_placed else contraction.inside
+    inside = contraction.inside_placed if placed else contraction.inside
     body = "\n".join(pad + "    " + line.strip() for line in inside.splitlines())
     row, col = contraction.place
     condition = contraction.condition
@@ -126,13 +135,16 @@ def _output_statements(contraction: Contraction, pad: str, value: str, placed: b
 # -- the first template: element loads, the epilogue from registers ------------------------------------
 
 
-def scalar_tiles(tree: KernelTree, contraction: Contraction, quads_m: int, quads_n: int) -> str:
-    match = contraction
-    names = local_names(
-        tree, "BM", "BN", "BK", "As", "Bs", "tid", "tx", "ty", "row0", "col0", "accum", "a_next", "b_next",
-        "tiles", "t", "buf", "kk", "a_frag", "b_frag", "i", "j", "q", "v", "r", "c", "k0", "e",
-    )  # fmt: skip
-    n = {**names, "QM": str(quads_m), "QN": str(quads_n)}
+# The locals `scalar_tiles` declares (see `template_names`).
+_SCALAR_LOCALS = (
+    "BM", "BN", "BK", "As", "Bs", "tid", "tx", "ty", "row0", "col0", "accum", "a_next", "b_next", "tiles",
+    "t", "buf", "kk", "a_frag", "b_frag", "i", "j", "q", "v", "r", "c", "k0", "e",
+)  # fmt: skip
+
+
+def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) -> str:
+    """The first template's kernel body, its locals named as `template_names` says."""
+    n, match, quads_m, quads_n = names, contraction, shape.quads_m, shape.quads_n
     r, c, e, i = n["r"], n["c"], n["e"], n["i"]
     a_at = match.scalar_at[0].replace("{r}", r).replace("{c}", c)
     b_at = match.scalar_at[1].replace("{r}", r).replace("{c}", c)
@@ -264,18 +276,20 @@ class _Side:
         return self.extent * VECTOR_DEPTH // 4
 
 
-def vector_tiles(tree: KernelTree, contraction: Contraction, quads_m: int, quads_n: int) -> str:
-    x = contraction
-    vectors = max(len(x.a.addresses), len(x.b.addresses))
-    n = local_names(
-        tree, "BM", "BN", "BK", "smem", "tiles", "As", "Bs", "staged", "tid", "warp", "lane", "tx", "ty",
-        "row0", "col0", "accum", "unread", "a_next", "b_next", "steps", "t", "buf", "kk", "a_frag", "b_frag",
-        "i", "j", "q", "v", "g", "part", "s", "f", "lr", "lc", "e", "w", "u", "r", "c", "k0",
-        *(f"v{m}" for m in range(vectors)),
-    )  # fmt: skip
+# The locals `vector_tiles` declares, besides `v0`, `v1`, ... (the float4s of a group's contiguous loads).
+_VECTOR_LOCALS = (
+    "BM", "BN", "BK", "smem", "tiles", "As", "Bs", "staged", "tid", "warp", "lane", "tx", "ty", "row0",
+    "col0", "accum", "unread", "a_next", "b_next", "steps", "t", "buf", "kk", "a_frag", "b_frag", "i", "j",
+    "q", "v", "g", "part", "s", "f", "lr", "lc", "e", "w", "u", "r", "c", "k0",
+)  # fmt: skip
+
+
+def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) -> str:
+    """The second template's kernel body, its locals named as `template_names` says."""
+    n, x, quads_m, quads_n = names, contraction, shape.quads_m, shape.quads_n
     bm, bn, bk, t, buf, kk = n["BM"], n["BN"], n["BK"], n["t"], n["buf"], n["kk"]
     i, j, q, s, accum, steps = n["i"], n["j"], n["q"], n["s"], n["accum"], n["steps"]
-    tile_m, tile_n = 64 * quads_m, 64 * quads_n
+    tile_m, tile_n = shape.tile
     tiles, staged = f"{n['smem']}.{n['tiles']}", f"{n['smem']}.{n['staged']}"
     sides = (
         _Side(x.a, f"{tiles}.{n['As']}", n["a_next"], tile_m, n["row0"], x.rows, True),

@@ -26,6 +26,7 @@ from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.values import Values, file_definitions, text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
+from cuda_agent.agent.proposers.rewrites._combine import declared_type
 from cuda_agent.agent.proposers.rewrites._gemm_tile import (
     THREADS,
     Contraction,
@@ -33,12 +34,16 @@ from cuda_agent.agent.proposers.rewrites._gemm_tile import (
     Shape,
     description,
     scalar_tiles,
+    template_names,
     vector_tiles,
 )
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     build_candidate,
+    identifiers_in,
     local_names,
+    statements,
+    strip_parens,
     walk,
 )
 from cuda_agent.agent.spec import LaunchSpec
@@ -79,6 +84,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     if not _block_fits(target) or not all(_is_float(tree, p) for p in _arrays(facts)):
         return []
+    names = template_names(tree, match)
     candidates = []
     for shape in SHAPES:
         tile_m, tile_n = shape.tile
@@ -88,7 +94,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         template = vector_tiles if shape.vector else scalar_tiles
         candidate = build_candidate(
             tree,
-            body=template(tree, match, shape.quads_m, shape.quads_n),
+            body=template(names, match, shape),
             launch=LaunchSpec(block=(THREADS,) + (1,) * (len(grid) - 1), grid=tuple(grid)),
             description=description(match, shape),
             proposer=PROPOSER,
@@ -187,13 +193,16 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
                 if seen.names(factor) & ({flat.index, row, col} | flat.pieces) - ({own} | allowed):
                     raise _Unsupported("a factor depends on the other side of the flat index")
     k = loop.variable
-    row_names = {row: "{r}", k: "{c}"} | ({flat.index: flat.at[0]} if flat else {})
-    col_names = {k: "{r}", col: "{c}"} | ({flat.index: flat.at[1]} if flat else {})
-    place = (row, col) if flat is None else tuple(local_names(tree, "out_row", "out_col").values())
-    placed = _placed_pieces(tree, flat, place) if flat else {}
-    # The float4 kernel takes a flat index's pieces of the batch (the head, in attention) as the same for
-    # the whole block: computed once, not divided out of the index at each element.
-    batch_pieces = _batch_pieces(tree, flat, placed) if flat else {}
+    row_names, col_names = {row: "{r}", k: "{c}"}, {k: "{r}", col: "{c}"}
+    place, placed, batch_pieces = (row, col), {}, {}
+    if flat:
+        row_names[flat.index], col_names[flat.index] = flat.at
+        out = local_names(tree, "out_row", "out_col")
+        place = (out["out_row"], out["out_col"])
+        placed = _placed_pieces(tree, flat, place)
+        # The float4 kernel takes a flat index's pieces of the batch (the head, in attention) as the same
+        # for the whole block: computed once, not divided out of the index at each element.
+        batch_pieces = {name: f"({placed[name]})" for name in flat.along_col}
     loads = [a for a in facts.accesses_in(loop) if not a.write]
     a_k_fast = _fast_along_k(loads, row_factors, "threadIdx.y", k, default=True)
     b_k_fast = _fast_along_k(loads, col_factors, "threadIdx.x", k, default=False)
@@ -212,8 +221,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
     epilogue = _epilogue(tree, facts, loop, target, in_memory, placed)
     declared = None
     if flat:
-        z = f"blockIdx.z * {rows_text} + " if extent is not None else ""
-        declared = f"const int {flat.index} = ({z}{place[0]}) * {cols_text} + {place[1]};"
+        declared = f"const int {flat.index} = ({flat.batch}{place[0]}) * {cols_text} + {place[1]};"
     return Contraction(
         k=k,
         rows=rows_text,
@@ -227,12 +235,12 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
         accumulator=epilogue.accumulator,
         before=epilogue.before,
         inside=epilogue.inside,
+        inside_placed=epilogue.inside_placed,
         condition=_condition(tree, guard.statement, guard.early_return),
-        place=(place[0], place[1]),
+        place=place,
         batch=batch,
         batch_spec=batch_spec,
         flat=declared,
-        inside_placed=epilogue.inside_placed if flat else None,
         unread=_Corners(tree, row, col, flat).unread(guard.others, guard.early_return, epilogue.exits),
     )
 
@@ -295,11 +303,11 @@ def _flat(tree: KernelTree, facts: KernelFacts) -> _FlatIndex | None:
     )
 
 
-def _placed_pieces(tree: KernelTree, flat: _FlatIndex, place: tuple[str, str]) -> dict[tuple[int, int], str]:
-    """New values for the declarations that take the flat index apart, from the output's place: under the
-    bounds check (the output's row and col in range) `idx % T` is the col and `(idx / T) % T` the row,
-    and a piece divided by a multiple of T is the same at the row's first element, one divided by a
-    multiple of T * T at the batch's first. The same values, without the divisions per output."""
+def _placed_pieces(tree: KernelTree, flat: _FlatIndex, place: tuple[str, str]) -> dict[str, str]:
+    """New values for the declarations that take the flat index apart, by local, from the output's place:
+    under the bounds check (the output's row and col in range) `idx % T` is the col and `(idx / T) % T`
+    the row, and a piece divided by a multiple of T is the same at the row's first element, one divided by
+    a multiple of T * T at the batch's first. The same values, without the divisions per output."""
     values = declared_values(tree.body)
     cols = as_factor(spelled(flat.cols, {}))
     found = {flat.row: place[0], flat.col: place[1]}
@@ -309,14 +317,7 @@ def _placed_pieces(tree: KernelTree, flat: _FlatIndex, place: tuple[str, str]) -
             values[name],
             lambda node, at=at: at if node.type == "identifier" and text(node) == flat.index else None,
         )
-    return {(values[name].start_byte, values[name].end_byte): written for name, written in found.items()}
-
-
-def _batch_pieces(tree: KernelTree, flat: _FlatIndex, placed: dict[tuple[int, int], str]) -> dict[str, str]:
-    """The flat index's pieces that are the same for a whole batch (see `_placed_pieces`), by name."""
-    values = declared_values(tree.body)
-    spans = {name: (values[name].start_byte, values[name].end_byte) for name in flat.along_col}
-    return {name: f"({placed[span]})" for name, span in spans.items()}
+    return found
 
 
 def _written(expand: _Expander, factors: list[Node], names: dict[str, str]) -> str:
@@ -336,8 +337,7 @@ def _factor(
     the lane of its output index) read as one float4: those that step one element at a time, where every
     other load of the factor stays put (so the float4 is all the group reads, besides scalars)."""
     at = _written(expand, factors, names)
-    spans = [(f.start_byte, f.end_byte) for f in factors]
-    mine = [a for a in loads if any(s <= a.node.start_byte and a.node.end_byte <= e for s, e in spans)]
+    mine = _loads_in(factors, loads)
     strides = [a.stride(along) for a in mine]
     if Form.constant(1) not in strides or any(s not in (Form(), Form.constant(1)) for s in strides):
         return Factor(at, k_fast)
@@ -373,14 +373,10 @@ def _owners(facts: KernelFacts) -> tuple[str, str, bool]:
 
 
 def _single_statement(body: Node) -> Node:
-    statements = (
-        [s for s in body.named_children if s.type != "comment"]
-        if body.type == "compound_statement"
-        else [body]
-    )
-    if len(statements) != 1 or statements[0].type != "expression_statement":
+    found = statements(body)
+    if len(found) != 1 or found[0].type != "expression_statement":
         raise _Unsupported("the loop body is not one statement")
-    return statements[0]
+    return found[0]
 
 
 def _accumulation(
@@ -435,13 +431,18 @@ def _factors(value: Node) -> list[Node]:
 def _fast_along_k(loads: list[Access], factors: list[Node], lane: str, k: str, default: bool) -> bool:
     """Whether the factor's loads are contiguous along k (load the tile with threads along k) rather than
     along the output index (threads along the row or col)."""
-    spans = [(f.start_byte, f.end_byte) for f in factors]
-    mine = [a for a in loads if any(s <= a.node.start_byte and a.node.end_byte <= e for s, e in spans)]
+    mine = _loads_in(factors, loads)
     if any(a.stride(k) == Form.constant(1) for a in mine):
         return True
     if any(a.stride(lane) == Form.constant(1) for a in mine):
         return False
     return default
+
+
+def _loads_in(factors: list[Node], loads: list[Access]) -> list[Access]:
+    """The loads inside the factors."""
+    spans = [(f.start_byte, f.end_byte) for f in factors]
+    return [a for a in loads if any(s <= a.node.start_byte and a.node.end_byte <= e for s, e in spans)]
 
 
 class _Expander:
@@ -455,7 +456,7 @@ class _Expander:
         self.values = {n: v for n, v in declared_values(tree.body).items() if n not in mutable}
 
     def names(self, node: Node) -> set[str]:
-        return _identifiers(self.text(node, {}))
+        return identifiers_in(self.tree, self.text(node, {}))
 
     def text(
         self,
@@ -499,18 +500,6 @@ def _conditional(node: Node, factors: list[Node]) -> bool:
     return False
 
 
-def _identifiers(source: str) -> set[str]:
-    word, found = "", set()
-    for char in source + " ":
-        if char.isalnum() or char == "_":
-            word += char
-        else:
-            if word and not word[0].isdigit():
-                found.add(word)
-            word = ""
-    return found
-
-
 @dataclass(frozen=True)
 class _Epilogue:
     before: str  # declarations before the check
@@ -526,15 +515,16 @@ def _epilogue(
     loop: Loop,
     target: Node,
     in_memory: bool,
-    placed: dict[tuple[int, int], str],
+    placed: dict[str, str],
 ) -> _Epilogue:
     """The statements around the loop, re-run per output with the loop replaced by the finished sum: a
     sum into a local becomes that local's value; a sum into a memory element becomes one `+=` of the
-    sum, after the statements that come before the loop (a `C *= beta` stays before it)."""
+    sum, after the statements that come before the loop (a `C *= beta` stays before it). `inside_placed`
+    is the same with the declarations of the locals in `placed` given those values (see `_placed_pieces`)."""
     guard = facts.guard
     assert guard is not None
     index_declarations = {(i.declaration.start_byte, i.declaration.end_byte) for i in facts.indices if i.axis}
-    top = [s for s in tree.body.named_children if s.type != "comment"]
+    top = statements(tree.body)
     position = next(n for n, s in enumerate(top) if s == guard.statement)
     before = []
     for statement in top[:position]:
@@ -554,6 +544,8 @@ def _epilogue(
     # local loaded from it) gets the finished sum added where the loop was.
     from_zero = not in_memory and _starts_from_zero(inner, loop, text(target))
     accumulator = text(target) if from_zero else names["sum"]
+    declared = declared_values(tree.body)
+    placed_values = {(declared[n].start_byte, declared[n].end_byte): value for n, value in placed.items()}
     lines, placed_lines = [], []
     exits: list[Node] = []
     seen_loop = read = False
@@ -573,12 +565,12 @@ def _epilogue(
             if statement.start_byte <= a.node.start_byte < statement.end_byte
         ):
             raise _Unsupported("a statement before the loop stores what the loop reads")
-        read = read or accumulator in _identifiers(tree.text(statement))
+        read = read or accumulator in identifiers_in(tree, tree.text(statement))
         exit_condition = None if read else _early_exit(statement)
         if exit_condition is not None:
             exits.append(exit_condition)
         lines.append(_per_output(tree, statement))
-        placed_lines.append(_per_output(tree, statement, placed))
+        placed_lines.append(_per_output(tree, statement, placed_values))
     if not seen_loop:
         raise _Unsupported("the loop is not under the bounds check")
     return _Epilogue("\n".join(before), "\n".join(lines), "\n".join(placed_lines), accumulator, tuple(exits))
@@ -592,10 +584,8 @@ def _early_exit(statement: Node) -> Node | None:
         return None
     if condition is None or consequence is None or not condition.named_children:
         return None
-    last = consequence
-    if consequence.type == "compound_statement":
-        inner = [s for s in consequence.named_children if s.type != "comment"]
-        last = inner[-1] if inner else consequence
+    inner = statements(consequence)
+    last = inner[-1] if inner else consequence
     return (
         condition.named_children[0] if last.type == "return_statement" and not last.named_children else None
     )
@@ -634,13 +624,18 @@ def _per_output(tree: KernelTree, statement: Node, values: dict[tuple[int, int],
     return written.decode("utf-8")
 
 
+_LOOPS = frozenset({"for_statement", "while_statement", "do_statement", "for_range_loop"})
+
+
 def _in_loop(node: Node, outermost: Node) -> bool:
+    """Whether a loop within `outermost` (itself included) holds the node, so that a `continue` there would
+    be that loop's (not `tree.inside_loop`, which is for `break` too: `continue` passes through a switch)."""
     parent = node.parent
     while parent is not None and parent != outermost:
-        if parent.type in ("for_statement", "while_statement", "do_statement", "for_range_loop"):
+        if parent.type in _LOOPS:
             return True
         parent = parent.parent
-    return outermost.type in ("for_statement", "while_statement", "do_statement", "for_range_loop")
+    return outermost.type in _LOOPS
 
 
 def _declares(statement: Node, name: str) -> bool:
@@ -695,7 +690,7 @@ class _Corners:
         # A flat index's row and col are the user's locals: signed (or `t2 - t` is not affine), and not
         # assigned after their declarations (the template declares its own const).
         self.usable = flat is None or (
-            all(_declared_type(tree, name) in _SIGNED for name in self.own) and not set(self.own) & mutable
+            all(declared_type(tree, name) in _SIGNED for name in self.own) and not set(self.own) & mutable
         )
 
     def unread(
@@ -713,8 +708,7 @@ class _Corners:
 
     def everywhere(self, node: Node, truth: bool) -> str | None:
         """An expression in the tile's corners that, where true, says the node is `truth` at all of it."""
-        if node.type == "parenthesized_expression" and node.named_child_count == 1:
-            return self.everywhere(node.named_children[0], truth)
+        node = strip_parens(node)
         operator = node.child_by_field_name("operator")
         op = operator.type if operator is not None else ""
         if node.type == "unary_expression" and op == "!":
@@ -773,14 +767,6 @@ class _Corners:
             + self.tree.substituted(node, lambda n: corner.get(text(n)) if n.type == "identifier" else None)
             + ")"
         )
-
-
-def _declared_type(tree: KernelTree, name: str) -> str | None:
-    value = declared_values(tree.body).get(name)
-    declarator = value.parent if value is not None else None
-    declaration = declarator.parent if declarator is not None else None
-    kind = declaration.child_by_field_name("type") if declaration is not None else None
-    return text(kind) if kind is not None else None
 
 
 def _condition(tree: KernelTree, statement: Node, early_return: bool) -> str:

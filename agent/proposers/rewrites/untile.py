@@ -40,6 +40,7 @@ from cuda_agent.agent.proposers.tree import (
     line_indent,
     operands,
     reindent,
+    single_declaration,
     statements,
     walk,
 )
@@ -64,7 +65,6 @@ class _Unsupported(Exception):
 class _Tile:
     """A `__shared__` 2-D array and the one store each thread makes to it a phase."""
 
-    name: str
     shape: tuple[int, int]
     axes: tuple[str, str] = ("", "")  # the thread axis each index is stored at: [threadIdx.y][threadIdx.x]
     value: Node | None = None  # what is stored where the guard holds (0 elsewhere)
@@ -116,8 +116,7 @@ class _Untiled:
         parameters = tree.target.kernel.parameters
         self.sizes = frozenset(p.name for p in parameters if not p.is_pointer)
         self.pointers = frozenset(p.name for p in parameters if p.is_pointer)
-        self.atoms = Atoms()
-        self.values = Values(self.atoms, file_definitions(tree.root), self.pointers)
+        self.values = Values(Atoms(), file_definitions(tree.root), self.pointers)
         self.locals = declared_names(tree.body, tree)
         self.mutable = assigned_names(tree.body)
         self.declared: dict[str, Node] = {}  # each local's value as written, for the phase count
@@ -195,7 +194,7 @@ class _Untiled:
                 declarator = inner
             if declarator.type != "identifier" or len(sizes) != 2 or None in sizes:
                 raise _Unsupported("a shared array that is not a 2-D tile of constant shape")
-            self.tiles[text(declarator)] = _Tile(text(declarator), (sizes[0] or 0, sizes[1] or 0))
+            self.tiles[text(declarator)] = _Tile((sizes[0] or 0, sizes[1] or 0))
 
     def _bind(self, declaration: Node) -> None:
         """Record the values of the declaration's locals (each set once, with no effect)."""
@@ -384,7 +383,7 @@ class _Untiled:
     def _check_names(self, phases: Loop, inner: Loop, accumulator: str, owners: set[str]) -> None:
         """Locals set once, but for the sum and the two loops' variables; the sum declared with its
         identity; and after the phases, only the output's indices and the sum used."""
-        if assigned_names(self.tree.body) - {accumulator, phases.variable, inner.variable}:
+        if self.mutable - {accumulator, phases.variable, inner.variable}:
             raise _Unsupported("a local set more than once")
         declaration = next(
             (
@@ -394,13 +393,10 @@ class _Untiled:
             ),
             None,
         )
-        declarators = declaration.children_by_field_name("declarator") if declaration is not None else []
-        value = declarators[0].child_by_field_name("value") if len(declarators) == 1 else None
-        if value is None or text(value).strip() not in ZERO_LITERALS:
+        single = single_declaration(declaration, self.tree) if declaration is not None else None
+        if single is None or single[2] is None or text(single[2]).strip() not in ZERO_LITERALS:
             raise _Unsupported("the sum is not declared alone, from 0, before the phases")
-        assert declaration is not None
-        kind = declaration.child_by_field_name("type")
-        if kind is None or text(kind) != "float":
+        if single[0] != "float":
             raise _Unsupported("the sum is not a float, as the tiles are")
         self.accumulator_declaration = declaration
         guard = self.facts.guard
@@ -523,7 +519,7 @@ class _Untiled:
             return True
         # floor((bound + c) / T) + d phases of T reach bound when c + d * T >= T - 1
         for atom in phases_count.atoms():
-            split = self.atoms.splits.get(atom)
+            split = self.values.atoms.splits.get(atom)
             rest = (phases_count - Form.atom(atom)).value()
             if split is None or rest is None or phases_count.coefficient(atom) != Form.constant(1):
                 continue
