@@ -67,6 +67,7 @@ SHOW_TRANSCRIPT_COMMAND = "cudaAgent.showTranscript"  # [uri, kernel]: the LLM s
 DEBOUNCE_S = 0.15  # after the last keystroke, before re-analysing: a burst of typing costs one parse
 REQUEST_TIMEOUT_S = 5.0  # a server→client request unanswered this long is given up (and cancelled)
 EDIT_TIMEOUT_S = 300.0  # workspace/applyEdit: the client may be waiting for the user to confirm the edit
+SHUTDOWN_FLUSH_S = 5.0  # on shutdown, how long the reply may wait for the feedback log to take its records
 ERROR = types.MessageType.Error
 NO_APPLY_EDIT = (
     "this editor takes no edits from the server (workspace/applyEdit): use the code action instead, "
@@ -365,9 +366,12 @@ def create_server(
             await ls.apply_settings(section_of(params.settings))
 
     @server.feature(types.SHUTDOWN)
-    def shutdown(ls: CudaAgentServer, params: None) -> None:
+    async def shutdown(ls: CudaAgentServer, params: None) -> None:
         # Stops compiles at their next kernel, so `exit` does not wait for a long save to finish.
         ls.end_session()
+        # The feedback log is written before the reply: clients may kill the server as soon as they have
+        # sent `exit` (Emacs's jsonrpc deletes the process at once), before it flushes on leaving.
+        await asyncio.to_thread(ls.feedback.flush, SHUTDOWN_FLUSH_S)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     @guarded(lambda: None)

@@ -118,6 +118,17 @@ async def extension(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
+@pytest_lsp.fixture(config=config())
+async def leaving(lsp_client: LanguageClient):
+    """A client that ends the session itself in the test, as an editor that kills the server after `exit`."""
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"), root_uri=WORKSPACE.as_uri()
+        )
+    )
+    yield
+
+
 def variant(name: str) -> str:
     """The file's own text: each test's suggestions are told apart in the shared workspace log by it."""
     return ELEMENTWISE.replace("// Element-wise", f"// {name}: element-wise")
@@ -191,6 +202,23 @@ async def test_a_plain_reject_records_no_reason(client: LanguageClient):
     raw = [json.loads(line) for line in LOG.read_text().splitlines() if found[1].suggestion_id in line]
     # Written as null, not left out: every decision record has the field.
     assert [(r["event"], r["reason"]) for r in raw] == [("shown", None), ("rejected", None)]
+
+
+async def test_the_reject_is_in_the_log_when_shutdown_is_answered(leaving: LanguageClient):
+    # Emacs's jsonrpc kills the server as soon as it has sent `exit`: what the log will hold must be
+    # written by the time `shutdown` is answered, not when the process leaves.
+    client = leaving
+    text = variant("Leaving")
+    uri, _ = await shown(client, "leaving.cu", text)
+    await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=REJECT, arguments=[uri, "saxpy", REJECT_REASONS[0]])
+    )
+    await client.shutdown_async(None)
+    assert [(r.event, r.reason) for r in records_of(text)] == [
+        ("shown", None),
+        ("rejected", REJECT_REASONS[0]),
+    ]
+    client.exit(None)
 
 
 async def test_a_reason_none_of_the_offered_is_refused_and_decides_nothing(client: LanguageClient):
