@@ -84,14 +84,19 @@ def config() -> ClientServerConfig:
     )
 
 
-@pytest_lsp.fixture(config=config())
-async def client(lsp_client: LanguageClient):
-    """A plain LSP client (VS Code's capabilities, not our extension's)."""
-    await lsp_client.initialize_session(
+async def initialize_plain(client: LanguageClient) -> None:
+    """As a plain LSP client (VS Code's capabilities, not our extension's)."""
+    await client.initialize_session(
         types.InitializeParams(
             capabilities=client_capabilities("visual-studio-code"), root_uri=WORKSPACE.as_uri()
         )
     )
+
+
+@pytest_lsp.fixture(config=config())
+async def client(lsp_client: LanguageClient):
+    """A plain LSP client."""
+    await initialize_plain(lsp_client)
     yield
     await lsp_client.shutdown_session()
 
@@ -120,12 +125,9 @@ async def extension(lsp_client: LanguageClient):
 
 @pytest_lsp.fixture(config=config())
 async def leaving(lsp_client: LanguageClient):
-    """A client that ends the session itself in the test, as an editor that kills the server after `exit`."""
-    await lsp_client.initialize_session(
-        types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"), root_uri=WORKSPACE.as_uri()
-        )
-    )
+    """A plain client that ends the session itself in the test, as an editor that kills the server after
+    `exit`."""
+    await initialize_plain(lsp_client)
     yield
 
 
