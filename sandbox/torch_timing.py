@@ -3,7 +3,11 @@
 The oracle is what a user would otherwise write, so it is the reference a rewrite is compared with
 (CUDA Agent's paper measures against `torch.compile`). It is timed the way kernels are timed in
 sandbox/timing.py: warm-up first, fresh inputs drawn outside the timed region before every run, the L2
-flushed, CUDA events around the call on torch's stream, the same median/spread/roofline report. Compile
+flushed, CUDA events around the call on torch's stream, the same median/spread/roofline report. The
+kernel timer keeps the GPU ahead of the host (two rounds in flight), so a launch's host-side cost is not in
+its time; here a GPU wait queued before the start event does the same (`_LaunchCover`): what is timed is the
+call's kernels back to back, not Dynamo's guards and wrappers, whose host time varies from run to run and
+had made torch.compile's median of a 0.1 ms oracle vary by up to 1.6× between bench runs. Compile
 time is excluded: `torch.compile` compiles during its first call, which is not timed and may take tens
 of seconds (the worker announces that silence with a Heartbeat, so the caller does not call it a hang).
 """
@@ -32,6 +36,8 @@ Beat = Any  # sandbox/verify.py's Beat (imported lazily with the rest of the wor
 
 COMPILE_SILENCE_S = 600.0  # torch.compile's first call: Dynamo, Inductor, Triton autotuning, ptxas
 FIRST_CALL_SILENCE_S = 30.0  # an operator's first use loads its library (cuBLAS for `@`)
+COVER_MARGIN = 2.0  # the GPU waits this many times the host's longest call seen in the warm-up...
+COVER_EXTRA_MS = 0.02  # ...and this much more, so every kernel of the call is queued before the first runs
 
 
 class _Inputs:
@@ -61,6 +67,40 @@ class _Inputs:
         self.stream.synchronize()  # torch runs on its own stream: the inputs must be complete first
 
 
+class _LaunchCover:
+    """A GPU wait (`torch.cuda._sleep`, which spins for a number of clock cycles) queued before the start
+    event, longer than the host takes to issue the call: the call's kernels are all queued when the GPU
+    reaches the start event, so host-side launch costs fall outside the timed region."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.host_ms = 0.0  # the longest host time of a call so far
+        self.cycles_per_ms = self._calibrate() if hasattr(torch.cuda, "_sleep") else None
+
+    def _calibrate(self) -> float:
+        torch, cycles = self.torch, 1_000_000
+        torch.cuda._sleep(cycles)  # its first launch loads the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / max(float(start.elapsed_time(end)), 1e-6)
+
+    def queue(self) -> None:
+        if self.cycles_per_ms is not None:
+            wait_ms = COVER_MARGIN * self.host_ms + COVER_EXTRA_MS
+            self.torch.cuda._sleep(int(wait_ms * self.cycles_per_ms))
+
+    def note(self) -> str:
+        if self.cycles_per_ms is None:
+            return "launch costs not hidden (this torch has no torch.cuda._sleep): times include them"
+        return (
+            f"host launch costs hidden behind a GPU wait (the longest call took {self.host_ms * 1e3:.0f} µs "
+            "on the host)"
+        )
+
+
 def _scalars(problem: Problem, seed: int) -> tuple[dict[str, Any], str]:
     """Scalar arguments as constants: a changing Python number would make torch.compile recompile."""
     from cuda_agent.sandbox.buffers import draw_scalar, scalar_value
@@ -77,7 +117,7 @@ def _scalars(problem: Problem, seed: int) -> tuple[dict[str, Any], str]:
 
 def _time_function(
     label: str, function: Callable, inputs: _Inputs, flush: Any, request: TimeTorchRequest,
-    base_seed: int, beat: Beat,
+    base_seed: int, notes: list[str], beat: Beat,
 ) -> TimingReport:  # fmt: skip
     # The kernel timer's warm-up rule and report (median, p10-p90, roofline against the same ceilings),
     # so torch and kernels are measured alike.
@@ -85,13 +125,18 @@ def _time_function(
     from cuda_agent.sandbox.timing import _report as timing_report
 
     torch = inputs.torch
+    cover = _LaunchCover(torch)
 
-    def one_run(seed: int) -> float:
+    def one_run(seed: int, warming: bool = False) -> float:
         inputs.draw(seed)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         flush.zero_()
+        cover.queue()
         start.record()
+        called = time.perf_counter()
         outputs = function(*inputs.tensors)
+        if warming:
+            cover.host_ms = max(cover.host_ms, (time.perf_counter() - called) * 1e3)
         end.record()
         end.synchronize()
         del outputs
@@ -99,7 +144,7 @@ def _time_function(
 
     warm_ms, warm_runs = 0.0, 0
     while warm_runs < WARMUP_RUNS[0] or (warm_ms < WARMUP_MS and warm_runs < WARMUP_RUNS[1]):
-        warm_ms += one_run(base_seed + warm_runs)
+        warm_ms += one_run(base_seed + warm_runs, warming=True)
         warm_runs += 1
         beat(f"{label}: warm-up")
     times: list[float] = []
@@ -111,6 +156,7 @@ def _time_function(
     ):
         times.append(one_run(base_seed + 1_000_000 + len(times)))
         beat(f"{label}: timed run {len(times)}")
+    notes.append(f"{label}: {cover.note()}")
     return timing_report(
         label, times, request.problem, request.ceilings_bandwidth_gbs, request.ceilings_tflops
     )
@@ -169,7 +215,7 @@ def _time_both(
         # A copy: the timed runs below draw new values into the inputs, and an output may be one of them.
         reference = tuple(torch.as_tensor(value).clone() for value in function(*inputs.tensors))
         torch.cuda.synchronize()
-        eager = _time_function("torch eager", function, inputs, flush, request, base_seed, beat)
+        eager = _time_function("torch eager", function, inputs, flush, request, base_seed, notes, beat)
     except Exception as exc:  # the user's expression: any error is theirs, and ends this request's work
         notes.append(f"torch eager failed: {exc!r}")
         return TorchTimingResult(None, None, "; ".join(notes))
@@ -190,7 +236,9 @@ def _time_both(
         if not _outputs_agree(problem, names, reference, result, torch):
             notes.append("torch.compile's result differs from eager beyond the tolerance")
         del result
-        compiled = _time_function("torch.compile", compiled_function, inputs, flush, request, base_seed, beat)
+        compiled = _time_function(
+            "torch.compile", compiled_function, inputs, flush, request, base_seed, notes, beat
+        )
     except Exception as exc:  # Dynamo/Inductor refusing an expression is an answer, not a worker crash
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         notes.append(f"torch.compile failed: {type(exc).__name__}: {first_line}")
