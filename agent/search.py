@@ -21,6 +21,7 @@ from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Progress
 from cuda_agent.agent.proposers.rewrites import (
     block_coarsen,
+    block_to_loop,
     contraction,
     fuse_passes,
     inline_helper,
@@ -47,6 +48,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     shared_loop.PROPOSER: (vector_loop.PROPOSER,),
     # a thread standing for several may still leave thread 0 a loop the (smaller) block can share
     block_coarsen.PROPOSER: (shared_loop.PROPOSER,),
+    # a block's values combined by one thread's loop: the plain reduction warp-per-output splits
+    block_to_loop.PROPOSER: (warp_per_output.PROPOSER,),
     # two passes made one leave a plain reduction, to split across lanes like any other
     fuse_passes.PROPOSER: (warp_per_output.PROPOSER, y_split.PROPOSER),
     promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER, y_split.PROPOSER),
@@ -70,6 +73,7 @@ CHAINED = (
     warp_per_output.PROPOSER,
     shared_loop.PROPOSER,
     block_coarsen.PROPOSER,
+    block_to_loop.PROPOSER,
 )
 CHAINED_PER_PROPOSER = 2  # of each such proposer's candidates, how many get their follow-ups at once
 # A chain's follow-up that is itself chained gets its own follow-ups too (a helper written out, its two

@@ -92,6 +92,17 @@ def test_a_conditional_store_keeps_the_elements_it_does_not_write() -> None:
     assert "*reinterpret_cast<uint4*>(y_v) = *reinterpret_cast<const uint4*>(&y[r * cols + c0]);" in body
 
 
+@needs_compiler
+def test_an_element_read_only_within_its_own_bound_is_loaded_only_where_the_whole_vector_is() -> None:
+    # the loop's range passes the last element the kernel may read (`j < limit`): the vector's last
+    # element must be within that bound too, the body's local index written out in the check
+    target = kernel("int j = r * cols + c;\n        y[j] = j < rows * cols - 3 ? x[j] : 0.0f;")
+    (candidate,) = vector_loop.propose(target)
+    body = compiled(target, candidate)
+    assert "if (c0 + 4 <= cols && (r * cols + c0) + 4 <= (rows * cols - 3) && " in body
+    assert "reinterpret_cast<const uint4*>(&x[(r * cols + c0)])" in body
+
+
 @pytest.mark.parametrize(
     "body",
     [

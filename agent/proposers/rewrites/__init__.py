@@ -9,6 +9,7 @@ from collections.abc import Callable
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites import (
     block_coarsen,
+    block_to_loop,
     coarsen,
     contraction,
     fuse_passes,
@@ -31,6 +32,9 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     vector_loop.PROPOSER: vector_loop.propose,
     promote.PROPOSER: promote.propose,
     inline_helper.PROPOSER: inline_helper.propose,
+    # before shared-loop and block-coarsen: where it applies, its chain (a warp a block, 16-byte loads)
+    # leaves no barrier at all, which theirs keep
+    block_to_loop.PROPOSER: block_to_loop.propose,
     shared_loop.PROPOSER: shared_loop.propose,
     fuse_passes.PROPOSER: fuse_passes.propose,
     block_coarsen.PROPOSER: block_coarsen.propose,

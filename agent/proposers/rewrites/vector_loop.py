@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
+from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
 from cuda_agent.agent.analysis.facts import Access, Loop
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Form
-from cuda_agent.agent.analysis.values import text
+from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.tree import (
     Edit,
@@ -48,6 +48,9 @@ class _Stream:
     loaded: bool
     stored: bool
     nodes: tuple[Node, ...]  # the subscripts replaced by `name[e]`
+    # what else the vector step must check: the array is touched only under a bound of its own index
+    # (`i < n ? x[i] : 0` in a loop to 256), so the whole vector must be within that bound
+    bounds: tuple[str, ...] = ()
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -110,7 +113,7 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
             raise _Unsupported(f"{array} is stored here and touched elsewhere")
     names = local_names(tree, *(f"{loop.variable}0", "e"))
     first, element = names[f"{loop.variable}0"], names["e"]
-    streams = _streams(tree, loop, accesses, first, taken)
+    streams = _streams(tree, loop, accesses, first, taken, width)
     return _edits(tree, loop, streams, position, width, first, element), width
 
 
@@ -149,7 +152,7 @@ def _threads(atom: str, facts: KernelFacts) -> bool:
 
 
 def _streams(
-    tree: KernelTree, loop: Loop, accesses: list[Access], first: str, taken: set[str]
+    tree: KernelTree, loop: Loop, accesses: list[Access], first: str, taken: set[str], width: int
 ) -> list[_Stream]:
     by_place: dict[str, list[Access]] = {}
     for access in accesses:
@@ -162,16 +165,114 @@ def _streams(
         node = group[0].node
         array, index = node.child_by_field_name("argument"), node.child_by_field_name("indices")
         assert array is not None and index is not None
-        at_first = tree.substituted(
-            index.named_children[0], lambda n: first if _is_name(n, loop.variable) else None
-        )
-        place = f"&{tree.text(array)}[{at_first}]"
+        place = f"&{tree.text(array)}[{_at_first(tree, loop, index.named_children[0], first)}]"
         stored = any(a.write for a in group)
         conditional = any(a.write and not _unconditional(a.node, loop) for a in group)
         loaded = any(a.read for a in group) or conditional
+        bounds = _vector_bounds(tree, loop, group, index.named_children[0], first, width)
         (name,) = fresh_names(taken, f"{_stem(tree.text(array))}_v")
-        streams.append(_Stream(name, parameter.type, place, loaded, stored, tuple(a.node for a in group)))
+        nodes = tuple(a.node for a in group)
+        streams.append(_Stream(name, parameter.type, place, loaded, stored, nodes, bounds))
     return streams
+
+
+def _vector_bounds(
+    tree: KernelTree, loop: Loop, group: list[Access], index: Node, first: str, width: int
+) -> tuple[str, ...]:
+    """Where every access of the element runs only under a bound of its own index (`i < n ? x[i] : 0`,
+    `if (i >= n) ... else`), that bound checked for the whole vector: the loop's own range may pass the
+    array's end (a loop to 256 over a block's slots, the last block partly outside). Conditions on data
+    (`if (x[i] > 0) y[i] = 1;`) leave every element of the loop's range to be touched, as before."""
+    guarded = [_conditions(a.node, loop) for a in group]
+    if any(not conditions for conditions in guarded):
+        return ()
+    at = _at_first(tree, loop, index, first)
+    checks = []
+    for condition, holds in (c for conditions in guarded for c in conditions):
+        bound = _upper_bound(tree, condition, holds)
+        if bound is None or _spelled(_at_first(tree, loop, bound[0], first)) != _spelled(at):
+            continue
+        _, limit, strict = bound
+        if loop.variable in {text(n) for n in walk(limit) if n.type == "identifier"}:
+            raise _Unsupported("a bound that moves with the loop")
+        wrapped = at if _spelled(at) != "".join(at.split()) else f"({at})"
+        slack = "" if strict else " + 1"
+        checks.append(f"{wrapped} + {width} <= ({_at_first(tree, loop, limit, first)}){slack}")
+    return tuple(dict.fromkeys(checks))
+
+
+def _conditions(node: Node, loop: Loop) -> list[tuple[Node, bool]]:
+    """The conditions under which the node runs within the loop's body, each with whether it must hold
+    (True) or fail (False): `c ? node : _`, `if (c) node`, `c && node`, and their negated sides."""
+    found: list[tuple[Node, bool]] = []
+    child, parent = node, node.parent
+    while parent is not None and child != loop.body:
+        branching = parent.type in ("conditional_expression", "if_statement")
+        if branching and child != parent.child_by_field_name("condition"):
+            condition = parent.child_by_field_name("condition")
+            if condition is not None:
+                found.append((condition, child == parent.child_by_field_name("consequence")))
+        elif parent.type == "binary_expression" and child == parent.child_by_field_name("right"):
+            operator, left = parent.child_by_field_name("operator"), parent.child_by_field_name("left")
+            if operator is not None and left is not None and operator.type in ("&&", "||"):
+                found.append((left, operator.type == "&&"))
+        child, parent = parent, parent.parent
+    return found
+
+
+def _upper_bound(tree: KernelTree, condition: Node, holds: bool) -> tuple[Node, Node, bool] | None:
+    """(index, limit, strict) for a condition that, as it must come out, says `index < limit` (strict)
+    or `index <= limit`: `i < n` holding, `i >= n` failing, `n > i` holding."""
+    condition = unwrap(condition)
+    if condition.type == "condition_clause" and condition.named_children:
+        condition = unwrap(condition.named_children[-1])
+    operator = condition.child_by_field_name("operator")
+    left, right = condition.child_by_field_name("left"), condition.child_by_field_name("right")
+    if condition.type != "binary_expression" or operator is None or left is None or right is None:
+        return None
+    below = {"<": (True, True), "<=": (True, False), ">=": (False, True), ">": (False, False)}
+    above = {">": (True, True), ">=": (True, False), "<=": (False, True), "<": (False, False)}
+    if operator.type in below and below[operator.type][0] == holds:
+        return left, right, below[operator.type][1]
+    if operator.type in above and above[operator.type][0] == holds:
+        return right, left, above[operator.type][1]
+    return None
+
+
+def _spelled(written: str) -> str:
+    """The text without spaces and without parentheses around the whole (for comparing spellings)."""
+    compact = "".join(written.split())
+    while compact.startswith("(") and compact.endswith(")") and _balanced(compact[1:-1]):
+        compact = compact[1:-1]
+    return compact
+
+
+def _balanced(written: str) -> bool:
+    depth = 0
+    for char in written:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _at_first(tree: KernelTree, loop: Loop, index: Node, first: str) -> str:
+    """The index at the vector's first element, outside the body: the loop variable read as `first`, and
+    the body's own locals (`int i = base + t;`) written out as their values."""
+    values = declared_values(loop.body)
+    reassigned = assigned_names(loop.body)
+
+    def substitute(node: Node) -> str | None:
+        if _is_name(node, loop.variable):
+            return first
+        name = text(node) if node.type == "identifier" else None
+        if name is None or name not in values:
+            return None
+        if name in reassigned:
+            raise _Unsupported(f"{name}, which the index reads, changes in the body")
+        return f"({tree.substituted(values[name], substitute)})"
+
+    return tree.substituted(index, substitute)
 
 
 def _is_name(node: Node, name: str) -> bool:
@@ -209,13 +310,14 @@ def _edits(
     kind = _declared_type(initializer)
     v = loop.variable
     aligned = " | ".join(f"(unsigned long long)({s.place})" for s in streams)
+    within = "".join(f" && {bound}" for s in streams for bound in s.bounds)
     alone = all(any(a in THREAD_ATOMS or a.startswith("⟨") for a in m) for m in loop.start.terms)
     begin = f"{start} * {width}" if alone else f"{start} + {position} * {width - 1}"
     header = f"{kind} {first} = {begin}; {first} < {bound}; {first} += ({step}) * {width}"
     lines = [
         f"// {width} elements a step: one {VECTOR_BYTES}-byte load or store per array, the body on registers",
         f"for ({header}) {{",
-        f"{unit}if ({first} + {width} <= {bound} && (({aligned}) & {VECTOR_BYTES - 1}) == 0) {{",
+        f"{unit}if ({first} + {width} <= {bound}{within} && (({aligned}) & {VECTOR_BYTES - 1}) == 0) {{",
     ]
     for stream in streams:
         lines.append(f"{unit}{unit}alignas({VECTOR_BYTES}) {stream.type} {stream.name}[{width}];")
