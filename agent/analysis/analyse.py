@@ -23,7 +23,7 @@ from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form
 from cuda_agent.agent.analysis.reductions import classify
 from cuda_agent.agent.analysis.values import Pointer, Values, file_definitions, text, unwrap
 from cuda_agent.agent.memo import BoundedMemo
-from cuda_agent.agent.proposers.tree import KernelTree, untemplated_kernel_tree
+from cuda_agent.agent.proposers.tree import KernelTree, declarator_name, untemplated_kernel_tree
 from cuda_agent.agent.proposers.tree import walk_with_comments as _nodes
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
@@ -398,22 +398,15 @@ def declared_values(node: Node) -> dict[str, Node]:
             continue
         for declarator in child.children_by_field_name("declarator"):
             value = declarator.child_by_field_name("value") if declarator.type == "init_declarator" else None
-            name = _declarator_name(declarator)
+            name = declarator_name(declarator)
             if name is not None and value is not None:
                 found.setdefault(name, value)
     return found
 
 
 def _declarator_names(declaration: Node) -> list[str]:
-    names = (_declarator_name(d) for d in declaration.children_by_field_name("declarator"))
+    names = (declarator_name(d) for d in declaration.children_by_field_name("declarator"))
     return [n for n in names if n is not None]
-
-
-def _declarator_name(declarator: Node) -> str | None:
-    inner: Node | None = declarator
-    while inner is not None and inner.type != "identifier":
-        inner = inner.child_by_field_name("declarator")
-    return text(inner) if inner is not None else None
 
 
 def _is_index_type(declaration: Node) -> bool:

@@ -625,16 +625,22 @@ def _unit_step(update: Node, variable: str, tree: KernelTree) -> bool:
 
 def declared_names(node: Node, tree: KernelTree) -> set[str]:
     """Names declared anywhere inside the node (locals), loop variables included."""
-    names = set()
-    for n in walk(node):
-        if n.type == "declaration":
-            for declarator in n.children_by_field_name("declarator"):
-                inner = declarator
-                while inner is not None and inner.type != "identifier":
-                    inner = inner.child_by_field_name("declarator")
-                if inner is not None:
-                    names.add(tree.text(inner))
-    return names
+    return {
+        name
+        for n in walk(node)
+        if n.type == "declaration"
+        for declarator in n.children_by_field_name("declarator")
+        if (name := declarator_name(declarator)) is not None
+    }
+
+
+def declarator_name(declarator: Node) -> str | None:
+    """The name a declarator (or a function definition) declares, through `*`, `[]`, `= value` and
+    `(...)`; None where it ends in something else (an operator's definition)."""
+    inner: Node | None = declarator
+    while inner is not None and inner.type != "identifier":
+        inner = inner.child_by_field_name("declarator")
+    return inner.text.decode("utf-8") if inner is not None and inner.text is not None else None
 
 
 # What a `break` or `continue` binds to.

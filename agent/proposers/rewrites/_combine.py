@@ -21,7 +21,7 @@ from cuda_agent.agent.analysis.facts import (
     Reduction,
 )
 from cuda_agent.agent.analysis.values import unwrap
-from cuda_agent.agent.proposers.tree import FULL_MASK, KernelTree, line_indent, walk
+from cuda_agent.agent.proposers.tree import FULL_MASK, KernelTree, declarator_name, line_indent, walk
 from tree_sitter import Node
 
 # The width of a whole block sharing one loop (its warps' results then merged through shared memory).
@@ -77,7 +77,7 @@ def check_initial(tree: KernelTree, loop: Loop, reduction: Reduction) -> None:
     for node in walk(tree.body):
         if node.start_byte >= loop.node.start_byte:
             break
-        if node.type == "init_declarator" and _declarator_name(tree, node) == name:
+        if node.type == "init_declarator" and declarator_name(node) == name:
             last = node.child_by_field_name("value")
         elif node.type in ("assignment_expression", "update_expression"):
             target = node.child_by_field_name("left" if node.type == "assignment_expression" else "argument")
@@ -89,11 +89,6 @@ def check_initial(tree: KernelTree, loop: Loop, reduction: Reduction) -> None:
         raise Unsupported(f"{name} is updated before the loop")
     if tree.text(last).strip() not in IDENTITY[combine] or _inside_other_loop(tree, last):
         raise Unsupported(f"{name} does not start from its identity")
-
-
-def _declarator_name(tree: KernelTree, declarator: Node) -> str | None:
-    inner = declarator.child_by_field_name("declarator")
-    return tree.text(inner) if inner is not None and inner.type == "identifier" else None
 
 
 def _inside_other_loop(tree: KernelTree, node: Node) -> bool:

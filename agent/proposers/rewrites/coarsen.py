@@ -29,6 +29,7 @@ from cuda_agent.agent.proposers.tree import (
     KernelTree,
     apply_to_body,
     build_candidate,
+    declarator_name,
     declared_names,
     fresh_names,
     has_any,
@@ -292,17 +293,8 @@ def _plan(tree: KernelTree, facts: KernelFacts, guard: Guard, axis: _Axis) -> _P
 def _declared(node: Node) -> list[str]:
     """The names declared in the node, once per declaration (a name declared twice is listed twice)."""
     declarations = (n for n in walk(node) if n.type == "declaration")
-    names = (_declarator_name(d) for n in declarations for d in n.children_by_field_name("declarator"))
+    names = (declarator_name(d) for n in declarations for d in n.children_by_field_name("declarator"))
     return [name for name in names if name]
-
-
-def _declarator_name(node: Node) -> str:
-    """The name a declarator or a function definition declares (through `*`, `[]`, `= value`, `(...)`),
-    or "" where it ends in something else (an operator)."""
-    inner: Node | None = node
-    while inner is not None and inner.type != "identifier":
-        inner = inner.child_by_field_name("declarator")
-    return text(inner) if inner is not None else ""
 
 
 def _per_value(body: list[Node], axis: str) -> set[str]:
@@ -462,7 +454,7 @@ def _hidden_effects(tree: KernelTree) -> bool:
     kernel's locals, a call to a function of the file that may store or take references, or a local's
     address taken."""
     definitions, local = file_definitions(tree.root), declared_names(tree.body, tree)
-    functions = {_declarator_name(n) for n in walk(tree.root) if n.type == "function_definition"}
+    functions = {declarator_name(n) or "" for n in walk(tree.root) if n.type == "function_definition"}
     # not expanded by the analysis; an operator's definition has no name a call could spell
     calls = functions - set(definitions.inlines) - {""}
     for node in walk(tree.body):

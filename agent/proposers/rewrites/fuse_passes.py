@@ -27,6 +27,7 @@ from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
     candidate_from,
+    declarator_name,
     fresh_names,
     identifiers_in,
     statements,
@@ -271,12 +272,7 @@ def _copy(statement: Node) -> tuple[str, str] | None:
 
 def _declared_name(declaration: Node) -> str | None:
     declarators = declaration.children_by_field_name("declarator")
-    if len(declarators) != 1:
-        return None
-    inner: Node | None = declarators[0]
-    while inner is not None and inner.type != "identifier":
-        inner = inner.child_by_field_name("declarator")
-    return text(inner) if inner is not None else None
+    return declarator_name(declarators[0]) if len(declarators) == 1 else None
 
 
 def _constant_start(declaration: Node) -> bool:
