@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis.dependence import dependent_locals
 from cuda_agent.agent.analysis.facts import MAX, MIN, SUM, Loop
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.slot_tree import integer_value, run_steps
@@ -483,28 +484,15 @@ def _depth_in(node: Node, top: Node) -> int:
 
 
 def _varying(tree: KernelTree, phase: list[Node], threads: set[str]) -> set[str]:
-    """The first phase's locals whose values differ between the block's threads: those that read the
-    thread's index, memory, or another such local, and those assigned anywhere but their declaration."""
-    varying = set(threads)
-    for statement in phase:
-        varying |= {tree.text(t) for t in writes(statement, tree) if t.type == "identifier"}
-    changed = True
-    while changed:
-        changed = False
-        for statement in phase:
-            if statement.type != "declaration":
-                continue
-            for name in declared_names(statement, tree) - varying:
-                used = identifiers(statement) - {name}
-                reads_thread = any(
-                    n.type in ("subscript_expression", "pointer_expression", "call_expression")
-                    or (n.type == "field_expression" and tree.text(n).startswith("threadIdx"))
-                    for n in walk(statement)
-                )
-                if used & varying or reads_thread:
-                    varying.add(name)
-                    changed = True
-    return varying
+    """The first phase's locals whose values may differ between the block's threads: those that depend
+    on the thread's index, or on a load or a call (kept in the loop: they are not moved out of it)."""
+
+    def differs(node: Node) -> bool:
+        if node.type == "field_expression":
+            return tree.text(node).replace(" ", "").startswith("threadIdx")
+        return node.type in ("subscript_expression", "pointer_expression", "call_expression")
+
+    return dependent_locals(phase, threads, differs)
 
 
 def _fresh(tree: KernelTree, wanted: list[str]) -> list[str]:

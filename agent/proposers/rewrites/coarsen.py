@@ -18,6 +18,7 @@ import ast
 from dataclasses import dataclass, field
 
 from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis.dependence import dependent_locals
 from cuda_agent.agent.analysis.facts import Access, Guard, ThreadIndex
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import file_definitions, text, unwrap
@@ -278,7 +279,7 @@ def _plan(tree: KernelTree, facts: KernelFacts, guard: Guard, axis: _Axis) -> _P
         raise _Unsupported("the axis is declared after the bounds check, or read before it")
     if any(name in identifiers(node) for node in guard.others):
         raise _Unsupported("the bounds check compares the axis with something other than its bound")
-    per_value = _per_value(body, name)
+    per_value = dependent_locals(body, {name})
     everywhere, inside = _declared(tree.body), [n for s in body for n in _declared(s)]
     if everywhere.count(name) != 1 or any(
         everywhere.count(n) != 1 or n not in inside for n in per_value - {name}
@@ -297,48 +298,9 @@ def _declared(node: Node) -> list[str]:
     return [name for name in names if name]
 
 
-def _per_value(body: list[Node], axis: str) -> set[str]:
-    """The axis and every local whose value may depend on it: set from it, or set under a condition or in
-    a loop whose header reads it (to a fixpoint: a sum of such a local depends on the axis too)."""
-    sets: list[tuple[set[str], set[str]]] = []  # (the locals a statement sets, the names they come from)
-
-    def visit(node: Node, context: set[str]) -> None:
-        if node.type in ("compound_statement", "else_clause"):
-            for child in node.named_children:
-                visit(child, context)
-        elif node.type in _HEADED:
-            inner = context | _header_names(node)
-            sets.extend((_set_in(h), inner) for h in filter(None, map(node.child_by_field_name, _HEADER)))
-            for child in filter(None, map(node.child_by_field_name, _BODIES)):
-                visit(child, inner)
-        else:
-            sets.append((_set_in(node), context | identifiers(node)))
-
-    for statement in body:
-        visit(statement, set())
-    found = {axis}
-    while grown := {n for names, sources in sets if sources & found for n in names} - found:
-        found |= grown
-    return found
-
-
 def _header_names(statement: Node) -> set[str]:
     """The names a loop's header or an if's condition reads."""
     return set().union(*map(identifiers, filter(None, map(statement.child_by_field_name, _HEADER))))
-
-
-def _set_in(node: Node) -> set[str]:
-    """The locals the node declares, assigns or increments (through a member too: `v.x = 0` sets v)."""
-    found = set(_declared(node))
-    for n in walk(node):
-        if n.type not in ("assignment_expression", "update_expression"):
-            continue
-        target = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
-        while target is not None and unwrap(target).type == "field_expression":
-            target = unwrap(target).child_by_field_name("argument")
-        if target is not None and unwrap(target).type == "identifier":
-            found.add(text(unwrap(target)))
-    return found
 
 
 def _sort(tree: KernelTree, facts: KernelFacts, plan: _Plan, block: list[Node], taken: set[str]) -> None:

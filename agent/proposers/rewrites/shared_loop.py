@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis.dependence import dependent_locals
 from cuda_agent.agent.analysis.facts import FIND_FIRST, Loop
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import unwrap
@@ -307,31 +308,11 @@ _SIDE_EFFECTS = ("assignment_expression", "update_expression", "call_expression"
 def _varying(tree: KernelTree) -> set[str]:
     """Locals whose value may differ between the threads of a block: set from a thread index or from
     another such local, or set under a condition on one (thread 0's `if`)."""
-    varying: set[str] = set()
-    settings = [
-        n
-        for n in walk(tree.body)
-        if n.type in ("init_declarator", "assignment_expression", "update_expression")
-    ]
-    changed = True
-    while changed:
-        changed = False
-        for node in settings:
-            name = _set_name(tree, node)
-            if name is None or name in varying:
-                continue
-            if _mentions_varying(tree, node, varying) or _under_varying_condition(tree, node, varying):
-                varying.add(name)
-                changed = True
-    return varying
 
+    def thread_index(node: Node) -> bool:
+        return node.type == "field_expression" and _spelled(tree, node) in THREAD_BUILTINS
 
-def _set_name(tree: KernelTree, node: Node) -> str | None:
-    field = {"init_declarator": "declarator", "assignment_expression": "left"}.get(node.type, "argument")
-    target = node.child_by_field_name(field)
-    while target is not None and target.type not in ("identifier",):
-        target = target.child_by_field_name("declarator") if target.type.endswith("declarator") else None
-    return tree.text(target) if target is not None else None
+    return dependent_locals(tree.body.named_children, (), thread_index)
 
 
 def _mentions_varying(tree: KernelTree, node: Node, varying: set[str]) -> bool:
@@ -340,17 +321,6 @@ def _mentions_varying(tree: KernelTree, node: Node, varying: set[str]) -> bool:
             return True
         if inner.type == "identifier" and tree.text(inner) in varying:
             return True
-    return False
-
-
-def _under_varying_condition(tree: KernelTree, node: Node, varying: set[str]) -> bool:
-    parent = node.parent
-    while parent is not None and parent != tree.body:
-        if parent.type in ("if_statement", "while_statement", "for_statement", "do_statement"):
-            condition = parent.child_by_field_name("condition")
-            if condition is not None and _mentions_varying(tree, condition, varying):
-                return True
-        parent = parent.parent
     return False
 
 
