@@ -121,6 +121,30 @@ def test_restrict_needs_two_pointers_and_skips_done_work(tmp_path: Path) -> None
     assert propose_restrict(target_of(tmp_path, done)) == []
 
 
+@pytest.mark.parametrize(
+    ("use", "const"),
+    [
+        ("float v = (double)x[i] + __ldg(&x[i]);", True),  # values and a read-only address
+        ("const float* row = x + i; float v = row[0];", True),
+        ("float4 v4 = VEC4(x[i]); float v = v4.x;", False),  # the macro casts the element's address
+        ("float* row = x + i; float v = row[0];", False),  # a pointer that is not const
+        ("float v = reinterpret_cast<float2*>(x)[i].x;", False),
+        ("float v = first_of(x);", False),  # a helper's parameter may not be const
+    ],
+)
+def test_restrict_makes_an_input_const_only_where_every_use_compiles_with_it(
+    tmp_path: Path, use: str, const: bool
+) -> None:
+    source = SCALE_ADD.replace("float scaled = 3.0f * x[i];", use + " float scaled = 3.0f * v;")
+    helpers = "#define VEC4(e) (reinterpret_cast<float4*>(&(e))[0])\n"
+    helpers += "__device__ float first_of(float* p) { return p[0]; }\n"
+    target = target_of(tmp_path, source.replace("// out = 3 x + y", helpers + "// out = 3 x + y"))
+    [candidate] = propose_restrict(target)
+    assert ("const float *__restrict__ x" in candidate.source) == const
+    assert "float *__restrict__ x" in candidate.source
+    assert_compiles(target, candidate)
+
+
 # -- unroll --------------------------------------------------------------------------------------------
 
 UNROLL = """\

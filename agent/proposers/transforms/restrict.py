@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.kernels import Parameter
-from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, kernel_tree
+from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, kernel_tree, walk
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -28,7 +28,8 @@ def propose_restrict(target: KernelTarget) -> list[Candidate]:
         return []  # a single pointer cannot alias another
     edits: list[Edit] = []
     for parameter in pointers:
-        edits += _parameter_edits(tree, parameter, make_const=roles.get(parameter.name) == "input")
+        readable = roles.get(parameter.name) == "input" and _reads_only(tree, parameter.name)
+        edits += _parameter_edits(tree, parameter, make_const=readable)
     if not edits:
         return []
     names = [p.name for p in pointers]
@@ -69,3 +70,71 @@ def _parameter_edits(tree: KernelTree, parameter: Parameter, make_const: bool) -
 def _name(declarator: Node) -> Node | None:
     inner = declarator.child_by_field_name("declarator")
     return inner if inner is not None and inner.type == "identifier" else None
+
+
+# Calls that take a read-only address (`__ldg(&x[i])`): the element stays const through them.
+_CONST_TAKING = ("__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv")
+
+
+def _reads_only(tree: KernelTree, name: str) -> bool:
+    """Whether `const` on the pointer keeps the kernel compiling: each use reads an element (`x[i]`,
+    also as a call's value), takes a read-only address (`__ldg(&x[i])`, `const float* row = x + k;`),
+    or does arithmetic that such a use consumes. An address cast (`reinterpret_cast<float4*>(&x[i])`,
+    also inside a macro), passed to a function or stored in a non-const pointer would lose the `const`
+    and fail to compile."""
+    macros = _address_macros(tree)
+    for node in walk(tree.body):
+        if node.type == "identifier" and tree.text(node) == name and not _read_use(tree, node, macros):
+            return False
+    return True
+
+
+def _read_use(tree: KernelTree, node: Node, macros: set[str]) -> bool:
+    child, parent = node, node.parent
+    element = False  # reached through a subscript: a value, unless its address is taken
+    while parent is not None and parent != tree.body:
+        kind = parent.type
+        if kind == "subscript_expression" and child == parent.child_by_field_name("argument"):
+            element = True
+        elif kind == "pointer_expression":
+            operator = parent.child_by_field_name("operator")
+            element = operator is None or operator.type != "&"  # `*p` reads the element, `&e` takes it
+        elif kind == "cast_expression" and not element:
+            return False  # the pointer itself cast: `(float4*)x`
+        elif kind == "call_expression":
+            function = tree.text(parent.child_by_field_name("function") or parent)
+            if function in macros or ("cast" in function and not element):
+                return False
+            return element or function in _CONST_TAKING
+        elif kind in ("assignment_expression", "update_expression"):
+            target = parent.child_by_field_name("left" if kind == "assignment_expression" else "argument")
+            if target is not None and target.start_byte <= node.start_byte < target.end_byte:
+                return False  # stored to (the role said input: leave it as written)
+            return element
+        elif kind == "init_declarator":
+            declaration = parent.parent
+            return element or (declaration is not None and "const" in tree.text(declaration).split("=")[0])
+        elif kind in ("expression_statement", "return_statement", "declaration"):
+            return element
+        elif kind in ("binary_expression", "parenthesized_expression", "conditional_expression"):
+            if kind == "binary_expression" and not element:
+                operator = parent.child_by_field_name("operator")
+                if operator is not None and operator.type not in ("+", "-"):
+                    element = True  # `x == nullptr`: a comparison reads the pointer, it keeps nothing
+        elif kind in ("if_statement", "while_statement", "for_statement", "condition_clause"):
+            return True
+        child, parent = parent, parent.parent
+    return element
+
+
+def _address_macros(tree: KernelTree) -> set[str]:
+    """The file's function-like macros whose expansion takes an address or casts (`FLOAT4(x[i])`)."""
+    found = set()
+    for node in walk(tree.root):
+        if node.type != "preproc_function_def":
+            continue
+        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        body = tree.text(value) if value is not None else ""
+        if name is not None and ("&" in body or "cast" in body or "*)" in body):
+            found.add(tree.text(name))
+    return found
