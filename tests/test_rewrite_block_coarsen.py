@@ -135,3 +135,33 @@ def test_coarsened_blocks_verify_and_beat_the_originals_on_the_gpu() -> None:
             seen = shown(baseline.target, results)
             assert results and all(r.verified for r in results), seen
             assert max(r.speedup or 0 for r in results) > 1.15, seen
+
+
+def test_a_kernel_with_an_inferred_spec_gets_it_written_out_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # No spec in the file: the candidate's launch is written above the kernel as the inferred spec,
+    # once, so that the file re-reads (applied by the user, or taken further by the search).
+    from cuda_agent.agent.optimize import PROPOSERS
+    from cuda_agent.agent.targets import load_targets
+
+    source = """#define LEVELS 256
+__global__ void tally(const unsigned char* pixels, int count, unsigned int* levels)
+{
+    __shared__ unsigned int mine[LEVELS];
+    if (threadIdx.x < LEVELS) mine[threadIdx.x] = 0;
+    __syncthreads();
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < count) atomicAdd(&mine[pixels[p]], 1u);
+    __syncthreads();
+    if (threadIdx.x < LEVELS) atomicAdd(&levels[threadIdx.x], mine[threadIdx.x]);
+}
+"""
+    path = tmp_path / "tally.cu"
+    path.write_text(source)
+    (target,) = load_targets(path).targets
+    assert target.spec is not None and target.spec.inferred
+    candidates = PROPOSERS[block_coarsen.PROPOSER](target)
+    assert candidates
+    for candidate in candidates:
+        assert candidate.source.count("/* cuda-agent") == 1
+        again = load_targets(path, candidate.source)
+        assert not again.spec_errors and again.find("tally").spec.launch == candidate.launch  # type: ignore[union-attr]

@@ -25,7 +25,7 @@ from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites.shared_loop import is_thread_zero, thread_zero_names
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
-    candidate_from,
+    build_candidate,
     declared_names,
     fresh_names,
     inside_loop,
@@ -78,10 +78,12 @@ def propose(target: KernelTarget) -> list[Candidate]:
         launch = target.spec.launch
         grid = tuple(_virtual_block(g, factor) for g in launch.grid)
         shared_bytes = _virtual_block(launch.shared_bytes, factor)  # dynamic shared memory: the block's
+        # the launch is written into the file's spec and launches by optimize's wrapper, as for every
+        # rewrite (candidate_from would write an inferred spec out a second time)
         candidates.append(
-            candidate_from(
-                target,
-                tree.apply_to_file([(tree.body.start_byte, tree.body.end_byte, body)]),
+            build_candidate(
+                tree,
+                body=body,
                 description=f"block {block // factor}, each thread doing the work of {factor} of the "
                 f"original {block}: {factor} loads in flight a thread",
                 proposer=PROPOSER,
