@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import device_source
-from cuda_agent.agent.proposers.rewrites import contraction, promote, warp_per_output
+from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output
 from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
 
@@ -56,6 +56,37 @@ def test_syrk_keeps_its_scaled_element_and_is_then_a_contraction() -> None:
     assert "float C_sum = C[i * N + j];" in body  # scaled by beta just before: loaded, not a number
     assert "C[i * N + j] = C_sum;" in body
     assert contraction.propose(then(target, candidate))
+
+
+@needs_compiler
+def test_a_c89_counter_declared_between_the_start_and_the_loop_keeps_the_chain_going() -> None:
+    # PolyBench's C89 spelling: the sum's element zeroed, then `int k;`, then `for (k = 0; ...)`. The
+    # register starts from the stored 0, so the lane split sees a plain sum, and the vector loop takes
+    # a counter declared before it (nothing reads it after the loop).
+    kernel = """__global__ void mv(const float* A, const float* x, float* y, int M, int N) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < M) {
+        y[r] = 0.0f;
+        int k;
+        for (k = 0; k < N; k++) y[r] += A[r * N + k] * x[k];
+    }
+}"""
+    target = _target(GEMV + kernel, "mv")
+    (kept,) = promote.propose(target)
+    assert "float y_sum = 0.0f;" in body_of(kept, "mv")
+    (warp, *_) = warp_per_output.propose(then(target, kept))
+    (vectors,) = vector_loop.propose(then(target, warp))
+    body = body_of(vectors, "mv")
+    assert "for (int k0 = lane * 4; k0 < N; k0 += (32) * 4)" in body
+    assert "for (int k = k0; k < N && k < k0 + 4; ++k)" in body
+    result = compile_kernel(device_source(vectors.source), "mv")
+    assert result.ok, [d.message for d in result.diagnostics]
+    # read after the loop: the counter's last value matters, and the vector loop leaves it alone
+    after = kernel.replace("y[r] += A[r * N + k] * x[k];", "y[r] += A[r * N + k] * x[k];\n        y[r] += k;")
+    (kept,) = promote.propose(_target(GEMV + after, "mv"))
+    assert all(
+        vector_loop.propose(then(target, w)) == [] for w in warp_per_output.propose(then(target, kept))
+    )
 
 
 @pytest.mark.parametrize(

@@ -127,9 +127,17 @@ def _stored_before(tree: KernelTree, loop: Loop, place: str) -> str | None:
     """The number stored to the element by the statement right before the loop (`tmp[i] = 0.0f;`), to
     start the register from it, so a reduction sees its identity."""
     previous = loop.node.prev_named_sibling
-    while previous is not None and previous.type == "comment":
-        previous = previous.prev_named_sibling
-    while previous is not None and previous.type == "expression_statement":
+    array = place.split("[")[0]
+    while previous is not None and previous.type in ("expression_statement", "declaration", "comment"):
+        if previous.type != "expression_statement":
+            # `int j;` (a C89 loop counter) or a comment: nothing that could store to the element
+            if previous.type == "declaration" and (
+                array in {text(n) for n in walk(previous) if n.type == "identifier"}
+                or any(n.type in ("call_expression", "assignment_expression") for n in walk(previous))
+            ):
+                return None
+            previous = previous.prev_named_sibling
+            continue
         expression = unwrap(previous.named_children[0]) if previous.named_children else None
         if expression is None or expression.type != "assignment_expression":
             return None
@@ -138,7 +146,7 @@ def _stored_before(tree: KernelTree, loop: Loop, place: str) -> str | None:
             return None
         if tree.text(unwrap(left)) == place:
             return tree.text(right) if unwrap(right).type == "number_literal" else None
-        if place.split("[")[0] == tree.text(unwrap(left)).split("[")[0]:
+        if array == tree.text(unwrap(left)).split("[")[0]:
             return None  # another element of the same array: keep to the load
         previous = previous.prev_named_sibling
     return None

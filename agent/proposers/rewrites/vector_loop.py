@@ -25,6 +25,7 @@ from cuda_agent.agent.proposers.tree import (
     fresh_names,
     line_indent,
     local_names,
+    single_declaration,
     walk,
 )
 from cuda_agent.agent.targets import KernelTarget
@@ -307,7 +308,7 @@ def _edits(
     unit = tree.indent_unit()
     body = _body_text(tree, loop, streams, element)
     original = tree.text(loop.body)
-    kind = _declared_type(initializer)
+    kind = _declared_type(tree, loop, initializer)
     v = loop.variable
     aligned = " | ".join(f"(unsigned long long)({s.place})" for s in streams)
     within = "".join(f" && {bound}" for s in streams for bound in s.bounds)
@@ -414,8 +415,17 @@ def _step_text(tree: KernelTree, update: Node, variable: str) -> str:
     raise _Unsupported("a step other than `+=`")
 
 
-def _declared_type(initializer: Node) -> str:
-    if initializer.type != "declaration":
-        raise _Unsupported("the loop variable is declared elsewhere")
-    type_node = initializer.child_by_field_name("type")
-    return text(type_node) if type_node is not None else "int"
+def _declared_type(tree: KernelTree, loop: Loop, initializer: Node) -> str:
+    """The loop variable's type: declared in the loop's header, or before it (`int j; for (j = 0; ...)`,
+    C89's way) when nothing reads it after the loop (the new loops declare their own)."""
+    if initializer.type == "declaration":
+        type_node = initializer.child_by_field_name("type")
+        return text(type_node) if type_node is not None else "int"
+    for node in walk(tree.body):
+        declared = single_declaration(node, tree) if node.type == "declaration" else None
+        if declared is not None and declared[1] == loop.variable and node.end_byte <= loop.node.start_byte:
+            after = (n for n in walk(tree.body) if n.start_byte >= loop.node.end_byte)
+            if any(n.type == "identifier" and text(n) == loop.variable for n in after):
+                raise _Unsupported("the loop variable is read after the loop")
+            return declared[0]
+    raise _Unsupported("the loop variable is declared elsewhere")
