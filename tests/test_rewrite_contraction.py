@@ -101,6 +101,29 @@ __global__ void matmul(const float* __restrict__ A, const float* __restrict__ B,
     assert "C[r * N + c] = fmaxf(sum, 0.0f);" in first.source and "if (!(r >= M || c >= N)) {" in first.source
 
 
+# Course spellings: the builtins copied into locals first, the sum's local declared before the check.
+ALIASED = NAIVE.replace(
+    """    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;""",
+    """    int bx = blockIdx.x, by = blockIdx.y;
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int col = bx * blockDim.x + tx;
+    int row = by * blockDim.y + ty;""",
+)
+EARLY_SUM = NAIVE.replace(
+    "    if (row < M && col < N) {\n        float acc = 0.0f;\n",
+    "    float acc = 0.0f;\n    if (row < M && col < N) {\n",
+)
+
+
+@needs_compiler
+@pytest.mark.parametrize("source", [ALIASED, EARLY_SUM], ids=["aliased builtins", "sum declared first"])
+def test_a_matmul_in_course_spellings_is_a_contraction(source: str) -> None:
+    assert source != NAIVE
+    first = check(_target(source, "matmul"), propose)[0]
+    assert "C[row * N + col] = acc;" in first.source and "float acc = accum[i][j];" in first.source
+
+
 @needs_compiler
 @pytest.mark.parametrize(
     ("operand", "k_fast"),
@@ -318,6 +341,8 @@ def test_the_float4_kernel_does_not_spill(name: str) -> None:
         NAIVE.replace("acc += A[row * K + k] * B[k * N + col];", "acc = fmaxf(acc, A[row * K + k]);"),
         # a query that moves with the flat index itself, not only with its row and batch pieces
         LLM_SCORES.replace("query = inp + b * T * C3", "query = inp + idx % 7 + b * T * C3"),
+        # an alias of a builtin read by the epilogue: it would mean the template's thread, not the user's
+        ALIASED.replace("C[row * N + col] = acc;", "C[row * N + col] = acc + tx;"),
         # a store before the loop to what the loop reads
         SYRK.replace("C[i * N + j] *= beta;", "C[i * N + j] *= beta; ((float*)A)[i] = 0;"),
     ],

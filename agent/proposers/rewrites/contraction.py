@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
-from cuda_agent.agent.analysis.facts import SUM, Access, Loop
+from cuda_agent.agent.analysis.facts import SUM, Access, Loop, ThreadIndex
 from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.values import Values, file_definitions, text, unwrap
 from cuda_agent.agent.candidates import Candidate
@@ -158,7 +158,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
         raise _Unsupported("no bounds check, or shared memory, barriers, atomics, builtins in the body")
     flat = _flat(tree, facts)
     if flat is None:
-        row, col, batch = _owners(facts)
+        row, col, batch = _owners(tree, facts)
         row_bound, col_bound = guard.bound_of(row), guard.bound_of(col)
         if row_bound is None or col_bound is None:
             raise _Unsupported("the row or the col is not bounded")
@@ -355,7 +355,20 @@ def _divides(node: Node, index: str) -> bool:
     return op is not None and op.type == "/" and left is not None and text(unwrap(left)) == index
 
 
-def _owners(facts: KernelFacts) -> tuple[str, str, bool]:
+_BUILTIN_ALIASES = [Form.atom(f"{b}.{a}") for b in ("blockIdx", "threadIdx") for a in "xy"]
+
+
+def _only_in_indices(tree: KernelTree, facts: KernelFacts, alias: ThreadIndex) -> bool:
+    """Whether the alias is read only in the declarations of thread indices (its own included)."""
+    declarations = [i.declaration for i in facts.indices]
+    return all(
+        any(d.start_byte <= node.start_byte < d.end_byte for d in declarations)
+        for node in walk(tree.body)
+        if node.type == "identifier" and text(node) == alias.name
+    )
+
+
+def _owners(tree: KernelTree, facts: KernelFacts) -> tuple[str, str, bool]:
     row = col = None
     batch = False
     for index in facts.indices:
@@ -365,7 +378,9 @@ def _owners(facts: KernelFacts) -> tuple[str, str, bool]:
             col = index.name
         elif index.form == Form.atom("blockIdx.z"):
             batch = True
-        elif index.direct:
+        elif index.direct and not (index.form in _BUILTIN_ALIASES and _only_in_indices(tree, facts, index)):
+            # `int bx = blockIdx.x, tx = threadIdx.x;` only names what the (row, col) indices are built
+            # from (the tiled kernel has its own); anything else maps threads some other way
             raise _Unsupported(f"{index.name} is another mapping of threads")
     if row is None or col is None:
         raise _Unsupported("not a thread per (row, col)")
@@ -526,13 +541,6 @@ def _epilogue(
     index_declarations = {(i.declaration.start_byte, i.declaration.end_byte) for i in facts.indices if i.axis}
     top = statements(tree.body)
     position = next(n for n, s in enumerate(top) if s == guard.statement)
-    before = []
-    for statement in top[:position]:
-        if (statement.start_byte, statement.end_byte) in index_declarations:
-            continue
-        if statement.type != "declaration":
-            raise _Unsupported("a statement before the bounds check")
-        before.append(tree.text(statement))
     if guard.early_return:
         inner = top[position + 1 :]
     else:
@@ -541,8 +549,18 @@ def _epilogue(
         inner = [s for s in consequence.named_children if s.type != "comment"]
     names = local_names(tree, "sum")
     # A sum that starts from zero is the finished sum itself; one that starts elsewhere (memory, or a
-    # local loaded from it) gets the finished sum added where the loop was.
-    from_zero = not in_memory and _starts_from_zero(inner, loop, text(target))
+    # local loaded from it) gets the finished sum added where the loop was. Its local may be declared
+    # before the bounds check too (`float acc = 0.0f; if (r < rows && c < cols) { ... }`).
+    from_zero = not in_memory and _starts_from_zero([*top[:position], *inner], loop, text(target))
+    before = []
+    for statement in top[:position]:
+        if (statement.start_byte, statement.end_byte) in index_declarations:
+            continue
+        if statement.type != "declaration":
+            raise _Unsupported("a statement before the bounds check")
+        if from_zero and _declares(statement, text(target)):
+            continue  # the sum's local: each output's starts as the finished sum
+        before.append(tree.text(statement))
     accumulator = text(target) if from_zero else names["sum"]
     declared = declared_values(tree.body)
     placed_values = {(declared[n].start_byte, declared[n].end_byte): value for n, value in placed.items()}
