@@ -12,15 +12,20 @@ device types. `device_source(source, without_torch=True)` also blanks those incl
 (`PYBIND11_MODULE(...) { ... }`, `TORCH_LIBRARY(...) { ... }`) and host function declarations (device code
 cannot call them, and their torch types are undeclared); agent/compile_environment.py supplies what the
 kernels may still name.
+
+A macro that stamps out host functions (`#define WRAPPER(tag) void run_##tag(torch::Tensor x) { ... }`,
+invoked as `WRAPPER(f32)`, often without a semicolon) would bring them back wherever it is expanded, so its
+body is read as code and the same parts are blanked there: the macro then expands to its device code only.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 from cuda_agent.agent.kernels import Span
-from cuda_agent.agent.parsing import parse_cuda
+from cuda_agent.agent.parsing import ancestors, parse_cuda
 from tree_sitter import Node
 
 # Nodes whose children are declarations at namespace scope, where host functions live.
@@ -38,6 +43,7 @@ _SCOPE_TYPES = frozenset(
     }
 )
 _DEVICE_SPECIFIERS = frozenset({"__global__", "__device__"})
+_DEVICE_SPECIFIER_WORDS = frozenset(specifier.encode() for specifier in _DEVICE_SPECIFIERS)
 _TEMPLATED_TYPES = frozenset({"function_definition", "template_declaration"})
 _CONDITIONAL_DIRECTIVES = frozenset({"preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef"})
 # Headers of PyTorch and of what its extension headers pull in (pybind11, CPython): host code only.
@@ -57,6 +63,17 @@ _BINDING_MACROS = frozenset(
 )
 _DECLARATOR_WRAPPERS = frozenset({"pointer_declarator", "reference_declarator"})
 _CONSTEXPR = (b"constexpr", b"consteval")
+_MACRO_DEFINITIONS = frozenset({"preproc_def", "preproc_function_def"})
+# A macro body read as code, byte for byte: a line continuation's backslash becomes a space, a token paste
+# (with the blanks around it: `run_ ## tag`) and a stringification's `#` become underscores, which keep
+# the pasted or stringified parts one identifier.
+_CONTINUATION = re.compile(rb"\\(?=[ \t]*\r?\n)")
+_PASTE = re.compile(rb"[ \t]*##[ \t]*")
+_STRINGIFY = re.compile(rb"#(?=[A-Za-z_])")
+# Where a macro whose body defines a function would define a member or sit in a body, not at namespace scope.
+_NESTED_SCOPES = frozenset({"field_declaration_list", "compound_statement"})
+# Where a mention of a macro's name is not an expansion of it.
+_NOT_CODE = frozenset({"comment", "string_literal", "string_content", "raw_string_literal", "char_literal"})
 
 
 # A save compiles each of the file's kernels from the same text, each compile asking for its device side.
@@ -73,6 +90,10 @@ def device_source(source: str, *, without_torch: bool = False, relaxed_constexpr
     `__host__ __device__`): when unsure, keep. Preprocessor directives inside a blanked function stay,
     so a `#define` there still reaches the code after it and `#if`/`#endif` stay balanced.
 
+    A macro defined at namespace scope whose body defines such host code (or, with `without_torch`, a
+    binding block or host declaration) keeps only the rest of its body, when every expansion of it is at
+    namespace scope: one expanded inside a class stamps out members, which stay.
+
     A template kernel instantiated only by a blanked host launcher is no longer instantiated: compile
     it through a name expression (NVRTC) or an explicit instantiation."""
     data = source.encode("utf-8")
@@ -81,10 +102,15 @@ def device_source(source: str, *, without_torch: bool = False, relaxed_constexpr
     for definition in _host_only_definitions(tree.root_node, relaxed_constexpr):
         # Every directive starts with `#`: without one, skip the walk over the function's nodes.
         has_hash = data.find(b"#", definition.start_byte, definition.end_byte) != -1
-        _blank(blanked, definition, keep=_directives(definition) if has_hash else iter(()))
+        keep = _directives(definition) if has_hash else iter(())
+        _blank(blanked, definition.start_byte, definition.end_byte, keep)
     if without_torch:
         for node in _torch_host_parts(tree.root_node):
-            _blank(blanked, node, keep=iter(()))
+            _blank(blanked, node.start_byte, node.end_byte, keep=iter(()))
+    for start, end in _macro_host_parts(tree.root_node, data, without_torch, relaxed_constexpr):
+        # The continuations' backslashes stay, so that the macro's device code after the part stays in it.
+        keep = ((at.start(), at.end()) for at in _CONTINUATION.finditer(data, start, end))
+        _blank(blanked, start, end, keep)
     return blanked.decode("utf-8")
 
 
@@ -162,6 +188,61 @@ def _is_host_declaration(node: Node) -> bool:
     return declarator is not None and declarator.type == "function_declarator"
 
 
+def _macro_host_parts(
+    root: Node, data: bytes, without_torch: bool, relaxed_constexpr: bool
+) -> Iterator[tuple[int, int]]:
+    """Byte ranges of `data`: the host code in the bodies of macros defined at namespace scope, what the
+    device side would leave out were each expansion written out (module docstring)."""
+    for definition in _at_namespace_scope(root, lambda node: node.type in _MACRO_DEFINITIONS):
+        body = definition.child_by_field_name("value")
+        # A function definition has a body in braces: most macros (constants, expressions) have none.
+        if body is None or data.find(b"{", body.start_byte, body.end_byte) == -1:
+            continue
+        code = parse_cuda(_macro_body_as_code(data[body.start_byte : body.end_byte])).root_node
+        if code.has_error:  # a fragment (`#define BEGIN(f) void f() {`) or what we cannot read: keep it
+            continue
+        parts = list(_host_only_definitions(code, relaxed_constexpr))
+        if without_torch:
+            parts += _torch_host_parts(code)
+        if parts and _expanded_at_namespace_scope_only(root, data, definition):
+            yield from ((body.start_byte + p.start_byte, body.start_byte + p.end_byte) for p in parts)
+
+
+def _macro_body_as_code(body: bytes) -> bytes:
+    """A macro's body as tree-sitter can read it, every byte where it was (the patterns' comment)."""
+    body = _CONTINUATION.sub(b" ", body)
+    body = _PASTE.sub(lambda paste: b"_" * len(paste.group()), body)
+    return _STRINGIFY.sub(b"_", body)
+
+
+def _expanded_at_namespace_scope_only(root: Node, data: bytes, definition: Node) -> bool:
+    """Whether no mention of the macro's name (outside its definition, comments and strings) is inside a
+    class or a function body. One in another macro's body counts as at namespace scope."""
+    name_node = definition.child_by_field_name("name")
+    if name_node is None or name_node.text is None:
+        return False
+    name = name_node.text
+    at = data.find(name)
+    while at != -1:
+        end = at + len(name)
+        whole = not _is_identifier_byte(data, at - 1) and not _is_identifier_byte(data, end)
+        if whole and not definition.start_byte <= at < definition.end_byte:
+            mention = root.descendant_for_byte_range(at, end)
+            if mention is not None and mention.type not in _NOT_CODE:
+                lineage = ancestors(root, mention)
+                if any(node.type in _NESTED_SCOPES for node in lineage):
+                    return False
+        at = data.find(name, end)
+    return True
+
+
+def _is_identifier_byte(data: bytes, at: int) -> bool:
+    if not 0 <= at < len(data):
+        return False
+    byte = data[at]
+    return byte == 0x5F or byte >= 0x80 or chr(byte).isalnum()
+
+
 def replace_span(source: str, span: Span, new_text: str) -> str:
     """`source` with the bytes of `span` replaced by `new_text`. Spans count UTF-8 bytes, so the slicing
     happens on the encoded text; a span that cuts a character in two is refused."""
@@ -213,7 +294,18 @@ def _is_host_only(function: Node | None, relaxed_constexpr: bool) -> bool:
     # type (`KERNEL(name) { ... }`, a macro) may hide a device function: keep what we cannot read.
     if any(child.has_error for child in head) or function.child_by_field_name("type") is None:
         return False
-    return not any(child.type in _DEVICE_SPECIFIERS for child in head)
+    return not any(child.type in _DEVICE_SPECIFIERS for child in head) and not _specifiers_swallowed(function)
+
+
+def _specifiers_swallowed(function: Node) -> bool:
+    """Whether error recovery read the function's `__global__`/`__device__` into the ERROR before it: after
+    a macro invocation without a semicolon (`WRAPPER(f32)` then `__global__ void k()`), tree-sitter takes
+    the specifier for a qualifier of `WRAPPER(f32)`, and the definition that follows looks host-only."""
+    previous = function.prev_sibling
+    if previous is None or previous.type != "ERROR" or previous.text is None:
+        return False
+    after_invocation = previous.text.rpartition(b")")[2]
+    return any(word in _DEVICE_SPECIFIER_WORDS for word in after_invocation.split())
 
 
 def _directives(definition: Node) -> Iterator[tuple[int, int]]:
@@ -250,10 +342,10 @@ def _conditional_lines(conditional: Node) -> Iterator[tuple[int, int]]:
 _TO_SPACES = bytes(byte if byte in b"\r\n" else 0x20 for byte in range(256))
 
 
-def _blank(buffer: bytearray, node: Node, keep: Iterator[tuple[int, int]]) -> None:
-    """Spaces over the node's bytes except line breaks and the `keep` ranges. One space per byte keeps
+def _blank(buffer: bytearray, start: int, end: int, keep: Iterator[tuple[int, int]]) -> None:
+    """Spaces over bytes [start, end) except line breaks and the `keep` ranges. One space per byte keeps
     the byte columns of anything later on the same line; CR and LF stay so line numbers do too."""
-    original = bytes(buffer[node.start_byte : node.end_byte])
-    buffer[node.start_byte : node.end_byte] = original.translate(_TO_SPACES)
-    for start, end in keep:
-        buffer[start:end] = original[start - node.start_byte : end - node.start_byte]
+    original = bytes(buffer[start:end])
+    buffer[start:end] = original.translate(_TO_SPACES)
+    for kept_start, kept_end in keep:
+        buffer[kept_start:kept_end] = original[kept_start - start : kept_end - start]

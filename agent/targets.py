@@ -65,7 +65,8 @@ class KernelTarget:
     @property
     def name_expression(self) -> str:
         """What to compile and look up: the instantiation for templates (at the spec's block, for an
-        argument that follows it: `rms_norm<block.x>` is `rms_norm<256>`), else the name."""
+        argument that follows it: `rms_norm<block.x>` is `rms_norm<256>`), else the name; qualified with
+        the kernel's namespaces (`ops::scale`), as the lookup starts at the global scope."""
         return self.name_expression_at(self.spec.launch.block if self.spec else None)
 
     def name_expression_at(self, block: Sequence[int] | None, source: str | None = None) -> str:
@@ -75,15 +76,16 @@ class KernelTarget:
         This target's spec when the candidate's file has none for the kernel."""
         spec = self.spec
         if spec is None or spec.instantiate is None:
-            return self.kernel.name
+            return self.kernel.qualified_name
         if source is not None and source != self.source:
             own = load_targets(self.path, source, infer=False).find(self.kernel.name)
             if own is not None and own.spec is not None and own.spec.instantiate is not None:
                 spec = own.spec
         try:
-            return instantiation(spec, tuple(block) if block else None) or self.kernel.name
+            expression = instantiation(spec, tuple(block) if block else None) or self.kernel.name
         except SpecResolveError:  # that block breaks an argument (a division by zero): the compile says so
-            return spec.instantiate
+            expression = spec.instantiate
+        return _qualified(expression, self.kernel)
 
     @property
     def compilable(self) -> bool:
@@ -93,6 +95,14 @@ class KernelTarget:
         if self.kernel.template_parameters:
             return bool(self.spec and self.spec.instantiate)
         return True
+
+
+def _qualified(expression: str, kernel: Kernel) -> str:
+    """`expression` (`scale<float>`) with the kernel's namespaces before its name (`ops::scale<float>`)
+    where written without them: a spec may name the kernel as its own namespace does."""
+    if not kernel.namespace or expression.partition("<")[0].strip() != kernel.name:
+        return expression
+    return f"{kernel.namespace}::{expression.strip()}"
 
 
 # A kernel's inferred spec and note, with the KernelPositions it was read as (an `id` alone may be reused).
