@@ -35,6 +35,7 @@ from cuda_agent.agent.spec import (
 )
 from cuda_agent.agent.spec.elsewhere import Neighbours, infer_from_elsewhere
 from cuda_agent.agent.spec.expressions import referenced_names
+from cuda_agent.agent.spec.headers import Header, local_headers
 from cuda_agent.agent.spec.program import (
     ProgramHost,
     ProgramPoint,
@@ -411,9 +412,10 @@ class _Host:
 
     def __init__(
         self, text: str, data: bytes, tree: Tree, kernels: Sequence[Kernel], earlier: EarlierRead | None,
-        previous: HostFacts | None,
+        previous: HostFacts | None, headers: Callable[[], tuple[Header, ...]] = tuple,
     ) -> None:  # fmt: skip
         self.text, self.data, self.tree = text, data, tree
+        self.headers: tuple[Header, ...] = ()
         self._program: ProgramHost | None = None
         if earlier is not None and earlier.inert and previous is None:
             raise StaleTree("host facts to read")
@@ -435,6 +437,10 @@ class _Host:
             pieces.append(str(data.count(b"\n", kernel.start_byte, kernel.end_byte)).encode())
             position = max(position, kernel.end_byte)
         pieces.append(data[position:])
+        # what the file's own headers define is the host code's too (sizes, element types); read only
+        # here, where the facts are not carried over from the text before an edit
+        self.headers = headers()
+        pieces += [str(header.path).encode() + b"\0" + header.data for header in self.headers]
         digest = hashlib.blake2b(b"\0".join(pieces), digest_size=16).digest()
         facts = _HOST_FACTS.get_or_make(digest, self._facts)
         # Kept per host text, whose positions move with every edit above: the ranges must be this text's.
@@ -462,6 +468,8 @@ class _Host:
     def program(self) -> ProgramHost:
         if self._program is None:
             self._program = ProgramHost(self.tree, self.data)
+            for header in self.headers:  # the file's own definitions win (`include` keeps them)
+                self._program.include(ProgramHost(parse_cuda(header.data), header.data))
         return self._program
 
 
@@ -783,8 +791,9 @@ class _Inference:
         if self._host is None:
             try:
                 self._host = _Host(
-                    self.text, self.data, self.tree, self._kernels, self._earlier, self._earlier_host
-                )
+                    self.text, self.data, self.tree, self._kernels, self._earlier, self._earlier_host,
+                    lambda: local_headers(self.path, self.data),
+                )  # fmt: skip
             except StaleTree:
                 raise
             except Exception as error:

@@ -20,12 +20,15 @@ from cuda_agent.agent.analysis.facts import (
     ThreadIndex,
 )
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form
+from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.reductions import classify
-from cuda_agent.agent.analysis.values import Pointer, Values, file_definitions, text, unwrap
+from cuda_agent.agent.analysis.values import Pointer, Values, text, unwrap
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.proposers.tree import KernelTree, declarator_name, untemplated_kernel_tree
 from cuda_agent.agent.proposers.tree import walk_with_comments as _nodes
+from cuda_agent.agent.spec.headers import headers_stamp
 from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.sandbox.plan import DTYPE_BYTES
 from tree_sitter import Node
 
 _ELEMENT_BYTES = {
@@ -41,7 +44,7 @@ _LOOPS = frozenset({"for_statement", "while_statement", "do_statement", "for_ran
 
 
 # Every rewrite asks for the same kernel's facts in turn: parse and analyse the file once for all of them.
-_ANALYSED: BoundedMemo[tuple[str, str, int], tuple[KernelTree, KernelFacts]] = BoundedMemo(64)
+_ANALYSED: BoundedMemo[tuple[object, ...], tuple[KernelTree, KernelFacts]] = BoundedMemo(64)
 
 
 def analysed(target: KernelTarget) -> tuple[KernelTree, KernelFacts] | None:
@@ -49,7 +52,9 @@ def analysed(target: KernelTarget) -> tuple[KernelTree, KernelFacts] | None:
     spec), or None."""
     if target.spec is None:
         return None
-    key = (target.source, target.kernel.name, target.kernel.body_span.start_byte)
+    # the file's own headers are read too (their #defines): the same text next to other headers differs
+    where = (str(target.path), headers_stamp(target.path, target.source))
+    key = (target.source, target.kernel.name, target.kernel.body_span.start_byte, where)
     found = _ANALYSED.get(key)
     if found is None:
         tree = untemplated_kernel_tree(target)
@@ -83,12 +88,16 @@ class _Walker:
     unmodelled: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        root = self.tree.root
         parameters = self.tree.target.kernel.parameters
+        spec = self.tree.target.spec
         self.bytes = {p.name: _ELEMENT_BYTES.get(p.type) for p in parameters if p.is_pointer}
+        for name, size in self.bytes.items():  # `DATA_TYPE* A`: the spec read the type through its alias
+            argument = spec.argument(name) if spec is not None and size is None else None
+            if argument is not None and argument.dtype in DTYPE_BYTES:
+                self.bytes[name] = DTYPE_BYTES[argument.dtype]
         self.values = Values(
             self.atoms,
-            file_definitions(root),
+            kernel_definitions(self.tree),
             frozenset(self.bytes),
             on_load=self._loaded,
             on_unmodelled=self.unmodelled.append,

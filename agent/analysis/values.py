@@ -9,7 +9,7 @@ that still says what it depends on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form, quotient, recombine, remainder
@@ -58,8 +58,13 @@ class Definitions:
 
 def file_definitions(root: Node) -> Definitions:
     """The file's `#define`s and one-line `__device__` helpers, read from its tree."""
+    return definitions_of(_preorder(root))
+
+
+def definitions_of(nodes: Iterable[Node]) -> Definitions:
+    """The `#define`s and one-line `__device__` helpers among the nodes (a later definition wins)."""
     found = Definitions()
-    for node in _preorder(root):
+    for node in nodes:
         if node.type == "preproc_def":
             name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
             expression = _expression_of(text(value)) if value is not None else None

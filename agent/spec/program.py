@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.kernels import Kernel, launch_calls
 from cuda_agent.agent.parsing import ancestors, parse_cuda
-from cuda_agent.agent.spec.dtypes import dtype_through_aliases, is_float
+from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases, is_float
 from cuda_agent.agent.spec.expressions import ExpressionError, parse_expression
 from cuda_agent.agent.spec.infer import (
     FLOAT_SCALAR_INIT,
@@ -261,6 +261,9 @@ class ProgramHost:
         name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
         if name is not None and value is not None:
             self._define_texts[self.text(name)] = (self.text(value).strip(), node.start_point[0] + 1)
+            if dtype_of_c_type(self.text(value).strip()) is not None:
+                # `#define DATA_TYPE float`: a type's name, as a typedef gives one (PolyBench's way)
+                self.typedefs.setdefault(self.text(name), self.text(value).strip())
             raw = self.data[value.start_byte : value.end_byte]
             start = value.start_byte + len(raw) - len(raw.lstrip())
             self._define_spans[self.text(name)] = (start, start + len(raw.strip()))

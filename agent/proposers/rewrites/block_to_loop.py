@@ -33,8 +33,9 @@ from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.dependence import dependent_locals
 from cuda_agent.agent.analysis.facts import MAX, MIN, SUM, Loop
 from cuda_agent.agent.analysis.forms import Form
+from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.slot_tree import integer_value, run_steps
-from cuda_agent.agent.analysis.values import file_definitions, unwrap
+from cuda_agent.agent.analysis.values import unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites.shared_loop import is_thread_zero, thread_zero_names
 from cuda_agent.agent.proposers.tree import (
@@ -303,7 +304,7 @@ def _combine(
         raise _Unsupported("thread 0 uses the shared array other than by subscript")
     if not steps:
         return _Combine(solo, _own_loop(tree, facts, taken, reads, block))
-    constants = file_definitions(tree.root).constants
+    constants = kernel_definitions(tree).constants
     aliases = threads - {"threadIdx.x"}
     after_steps = run_steps(steps, shared.name, aliases, block, constants)
     if after_steps is None:
@@ -504,7 +505,7 @@ def _fresh(tree: KernelTree, wanted: list[str]) -> list[str]:
 
 def _constant(tree: KernelTree, node: Node) -> int | None:
     """An integer literal or a numeric `#define` (also in simple arithmetic)."""
-    return integer_value(unwrap(node), file_definitions(tree.root).constants)
+    return integer_value(unwrap(node), kernel_definitions(tree).constants)
 
 
 def _in_kernel_terms(tree: KernelTree, expression: str) -> str:

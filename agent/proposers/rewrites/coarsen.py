@@ -21,7 +21,8 @@ from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.dependence import dependent_locals
 from cuda_agent.agent.analysis.facts import Access, Guard, ThreadIndex
 from cuda_agent.agent.analysis.forms import Form
-from cuda_agent.agent.analysis.values import file_definitions, text, unwrap
+from cuda_agent.agent.analysis.preprocessor import kernel_definitions
+from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, bound_terms
 from cuda_agent.agent.proposers.rewrites._combine import declared_type
@@ -415,7 +416,7 @@ def _hidden_effects(tree: KernelTree) -> bool:
     """Whether something a statement's names do not show could tie it to the axis: a macro reading the
     kernel's locals, a call to a function of the file that may store or take references, or a local's
     address taken."""
-    definitions, local = file_definitions(tree.root), declared_names(tree.body, tree)
+    definitions, local = kernel_definitions(tree), declared_names(tree.body, tree)
     functions = {declarator_name(n) or "" for n in walk(tree.root) if n.type == "function_definition"}
     # not expanded by the analysis; an operator's definition has no name a call could spell
     calls = functions - set(definitions.inlines) - {""}

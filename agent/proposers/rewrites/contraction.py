@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
 from cuda_agent.agent.analysis.facts import SUM, Access, Loop, ThreadIndex
 from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
-from cuda_agent.agent.analysis.values import Values, file_definitions, text, unwrap
+from cuda_agent.agent.analysis.preprocessor import kernel_definitions
+from cuda_agent.agent.analysis.values import Values, text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
 from cuda_agent.agent.proposers.rewrites._combine import declared_type
@@ -121,8 +122,12 @@ def _arrays(facts: KernelFacts) -> set[str]:
 
 
 def _is_float(tree: KernelTree, name: str) -> bool:
+    """float as written, or through an alias the spec followed (`DATA_TYPE`, `real_t`)."""
     parameter = tree.parameter(name)
-    return parameter is not None and parameter.type == "float"
+    argument = tree.target.spec.argument(name) if tree.target.spec is not None else None
+    return parameter is not None and (
+        parameter.type == "float" or (argument is not None and argument.dtype == "float32")
+    )
 
 
 # -- recognition ---------------------------------------------------------------------------------------
@@ -257,7 +262,7 @@ def _flat(tree: KernelTree, facts: KernelFacts) -> _FlatIndex | None:
     bound = guard.bound_of(index)
     if bound is None:
         return None
-    values = Values(Atoms(), file_definitions(tree.root), frozenset())
+    values = Values(Atoms(), kernel_definitions(tree), frozenset())
     splits: list[tuple[str, str, Form, Form | None]] = []  # (name, kind, divisor, modulus)
     for name, value in declared_values(tree.body).items():
         node = unwrap(value)
@@ -703,7 +708,7 @@ class _Corners:
         mutable = assigned_names(tree.body)
         parameters = tree.target.kernel.parameters
         self.scalars = {p.name for p in parameters if not p.is_pointer and p.type in _SIGNED} - mutable
-        self.definitions = file_definitions(tree.root)
+        self.definitions = kernel_definitions(tree)
         self.values = Values(Atoms(), self.definitions, frozenset())
         # A flat index's row and col are the user's locals: signed (or `t2 - t` is not affine), and not
         # assigned after their declarations (the template declares its own const).

@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
 from cuda_agent.agent.analysis.facts import Guard, GuardBound, Loop
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form
-from cuda_agent.agent.analysis.values import Pointer, Values, file_definitions, text, unwrap
+from cuda_agent.agent.analysis.preprocessor import kernel_definitions
+from cuda_agent.agent.analysis.values import Pointer, Values, text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import replace_span
 from cuda_agent.agent.proposers.rewrites import contraction
@@ -116,7 +117,7 @@ class _Untiled:
         parameters = tree.target.kernel.parameters
         self.sizes = frozenset(p.name for p in parameters if not p.is_pointer)
         self.pointers = frozenset(p.name for p in parameters if p.is_pointer)
-        self.values = Values(Atoms(), file_definitions(tree.root), self.pointers)
+        self.values = Values(Atoms(), kernel_definitions(tree), self.pointers)
         self.locals = declared_names(tree.body, tree)
         self.mutable = assigned_names(tree.body)
         self.declared: dict[str, Node] = {}  # each local's value as written, for the phase count
