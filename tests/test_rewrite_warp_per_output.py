@@ -321,6 +321,24 @@ __device__ int at(int i, int j, int n) { return i * n + j; }
 """
 
 
+@pytest.mark.parametrize("reads_y", [False, True])
+def test_a_two_d_block_the_kernel_never_reads_along_y_only_repeats_its_work(reads_y: bool) -> None:
+    # PolyBench launches its one-index kernels with 32 x 8 blocks: the 8 threads along y of each column
+    # compute the same output. The warps' own launch drops them; a kernel that reads threadIdx.y keeps it.
+    kernel = """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) { float s = 0; for (int j = 0; j < N; ++j) s += A[i * N + j] * x[j]; y[i] = s; }
+}"""
+    if reads_y:
+        kernel = kernel.replace("y[i] = s;", "if (threadIdx.y == 0) y[i] = s;")
+    source = GEMV.replace("block = [256]", "block = [32, 8]").replace(
+        'grid = ["ceil_div(M, 256)"]', 'grid = ["ceil_div(M, 32)", "1"]'
+    )
+    candidates = propose(_target(source + kernel, "gemv"))
+    assert bool(candidates) != reads_y
+    assert all(c.launch is not None and c.launch.block[1:] in ((), (1,)) for c in candidates)
+
+
 @needs_compiler
 def test_a_row_major_gemv_through_a_helper_is_split() -> None:
     kernel = """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {

@@ -705,6 +705,29 @@ def is_barrier(statement: Node, tree: KernelTree) -> bool:
     )
 
 
+def reads_axes(tree: KernelTree, axes: str) -> bool:
+    """Whether the kernel, or a function of the file it calls, reads a builtin along one of the axes
+    (`threadIdx.y`, `blockDim.z`, ...)."""
+    names = ("threadIdx", "blockIdx", "blockDim", "gridDim")
+    builtins = {f"{name}.{axis}" for name in names for axis in axes}
+    functions = {
+        name: node
+        for node in walk(tree.root)
+        if node.type == "function_definition" and (name := declarator_name(node)) is not None
+    }
+    pending, seen = [tree.body], set()
+    while pending:
+        for node in walk(pending.pop()):
+            if node.type == "field_expression" and "".join(tree.text(node).split()) in builtins:
+                return True
+            if node.type == "call_expression" and (function := node.child_by_field_name("function")):
+                name = tree.text(function)
+                if name in functions and name not in seen:
+                    seen.add(name)
+                    pending.append(functions[name])
+    return False
+
+
 def has_any(node: Node, types: Iterable[str]) -> bool:
     wanted = set(types)
     return any(n.type in wanted for n in walk(node))

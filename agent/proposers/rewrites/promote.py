@@ -105,10 +105,15 @@ def _promoted(
     place = tree.text(first)
     name = _fresh(place, taken)
     indent = line_indent(tree, loop.node)
-    start = _stored_before(tree, loop, place) or place
+    stored = _stored_before(tree, loop, place)
+    start = tree.text(stored[1]) if stored is not None else place
     edits: list[Edit] = [
         (loop.node.start_byte, loop.node.start_byte, f"{parameter.type} {name} = {start};\n{indent}")
     ]
+    if stored is not None:
+        # the number's store is dead now: the register starts from it and the element is stored after
+        # the loop (one store fewer, and none before the loop to keep in order with other threads')
+        edits.append(_deleted_line(tree, stored[0]))
     edits += [(a.node.start_byte, a.node.end_byte, name) for a in group]
     edits.append((loop.node.end_byte, loop.node.end_byte, f"\n{indent}{place} = {name};"))
     return edits
@@ -123,9 +128,21 @@ def _declares(identifier: Node) -> bool:
     )
 
 
-def _stored_before(tree: KernelTree, loop: Loop, place: str) -> str | None:
-    """The number stored to the element by the statement right before the loop (`tmp[i] = 0.0f;`), to
-    start the register from it, so a reduction sees its identity."""
+def _deleted_line(tree: KernelTree, statement: Node) -> Edit:
+    """The statement taken out with its line where it is alone on it (else just the statement)."""
+    start = tree.data.rfind(b"\n", 0, statement.start_byte) + 1
+    end = tree.data.find(b"\n", statement.end_byte)
+    alone = tree.data[start : statement.start_byte].strip() == b"" and (
+        end == -1 or tree.data[statement.end_byte : end].strip() == b""
+    )
+    if alone and end != -1:
+        return (start, end + 1, "")
+    return (statement.start_byte, statement.end_byte, "")
+
+
+def _stored_before(tree: KernelTree, loop: Loop, place: str) -> tuple[Node, Node] | None:
+    """(the statement, the number) where a statement right before the loop stores a number to the
+    element (`tmp[i] = 0.0f;`), to start the register from it, so a reduction sees its identity."""
     previous = loop.node.prev_named_sibling
     array = place.split("[")[0]
     while previous is not None and previous.type in ("expression_statement", "declaration", "comment"):
@@ -145,7 +162,7 @@ def _stored_before(tree: KernelTree, loop: Loop, place: str) -> str | None:
         if left is None or operator is None or right is None or operator.type != "=":
             return None
         if tree.text(unwrap(left)) == place:
-            return tree.text(right) if unwrap(right).type == "number_literal" else None
+            return (previous, right) if unwrap(right).type == "number_literal" else None
         if array == tree.text(unwrap(left)).split("[")[0]:
             return None  # another element of the same array: keep to the load
         previous = previous.prev_named_sibling

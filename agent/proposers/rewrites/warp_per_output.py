@@ -44,6 +44,7 @@ from cuda_agent.agent.proposers.tree import (
     build_candidate,
     line_indent,
     local_names,
+    reads_axes,
     walk,
 )
 from cuda_agent.agent.spec import LaunchSpec
@@ -188,7 +189,9 @@ def _owners(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Owner], set[int
     launch = tree.target.spec.launch if tree.target.spec else None
     if launch is None or any(len(launch.grid) <= axis for axis in batch):
         raise _Unsupported("a batch axis the launch does not have")
-    if any(b != 1 for b in launch.block[len(axes) :]):
+    if any(b != 1 for b in launch.block[len(axes) :]) and reads_axes(tree, "yz"[len(axes) - 1 :]):
+        # threads along an axis the kernel never reads only repeat its work (PolyBench launches its 1-D
+        # kernels with 32 x 8 blocks): the warps' own launch drops them
         raise _Unsupported("threads along an axis that is not an index")
     return sorted(owners, key=lambda o: o.axis), batch
 

@@ -26,7 +26,7 @@ from cuda_agent.agent.proposers.rewrites._combine import (
     merge,
     strided,
 )
-from cuda_agent.agent.proposers.tree import KernelTree, build_candidate, local_names, walk
+from cuda_agent.agent.proposers.tree import KernelTree, build_candidate, local_names, reads_axes, walk
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
 
@@ -63,8 +63,10 @@ def propose(target: KernelTarget) -> list[Candidate]:
 def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
     guard = facts.guard
     launch = tree.target.spec.launch if tree.target.spec else None
-    if guard is None or launch is None or len(launch.block) != 1:
-        raise Unsupported("no bounds check, or not a 1-D launch")
+    if guard is None or launch is None:
+        raise Unsupported("no bounds check")
+    if any(b != 1 for b in launch.block[1:]) and reads_axes(tree, "yz"):
+        raise Unsupported("not a 1-D launch")  # a 2-D block whose y the kernel never reads only repeats
     if facts.uses_shared or facts.barriers or facts.atomics or facts.thread_uses or facts.unmodelled:
         raise Unsupported("shared memory, barriers, atomics or builtins in the body")
     mapped = [i for i in facts.indices if i.direct]
