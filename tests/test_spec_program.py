@@ -247,3 +247,53 @@ def test_a_typedef_of_bfloat16_reaches_the_signature_inference(tmp_path: Path) -
     (target,) = load_targets(path).targets
     assert target.spec is not None, target.note
     assert {a.name: a.dtype for a in target.spec.arguments}["x"] == "bfloat16"
+
+
+TRIES_BLOCKS = """\
+#include <cuda_runtime.h>
+__global__ void shift(const float* src, float* dst, int count, float by) {
+    int at = blockIdx.x * blockDim.x + threadIdx.x;
+    if (at < count) dst[at] = src[at] + by;
+}
+
+void shift_on_device(const float* src, float* dst, int count, int threads) {
+    int blocks = (count + threads - 1) / threads;
+    shift<<<blocks, threads>>>(src, dst, count, 0.5f);
+}
+
+int main() {
+    const int count = 1 << 22;
+    float *src, *dst;
+    cudaMalloc(&src, count * sizeof(float));
+    cudaMalloc(&dst, count * sizeof(float));
+    int tried[] = {64, 128, 256, 512};
+    for (int t = 0; t < sizeof(tried) / sizeof(int); t++) {
+        int threads = tried[t];
+        shift_on_device(src, dst, count, threads);
+    }
+    return 0;
+}
+"""
+
+
+def test_a_program_that_tries_its_blocks_in_a_counted_loop_gives_the_first_one() -> None:
+    # llm.c's dev kernels are launched inside `for (int j = 0; j < n; j++) { int block_size =
+    # block_sizes[j]; ... }`: the loop's counter is read as on its first iteration
+    spec, note = inferred(TRIES_BLOCKS, "shift")
+    assert spec is not None, note
+    assert spec.sizes == {"count": 1 << 22} and spec.launch.block == (64,)
+    assert "called from main()" in note
+
+
+def test_a_rewrites_launch_leaves_a_programs_own_loop_over_blocks_as_written(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from cuda_agent.agent.rewrite import write_launch
+
+    path = tmp_path / "shift.cu"
+    path.write_text(TRIES_BLOCKS)
+    (target,) = load_targets(path).targets
+    assert target.spec is not None
+    written = write_launch(target, replace(target.spec.launch, block=(256,)))
+    assert "shift<<<blocks, threads>>>" in written.text  # the program still tries its blocks
+    assert any("tries several blocks itself (64, 128)" in note for note in written.notes), written.notes

@@ -313,6 +313,22 @@ class ProgramHost:
         return dtype_through_aliases(c_type, self.typedefs)
 
 
+def _runs_once(loop: Node, name: str, file: ProgramHost) -> bool:
+    """Whether the counted loop's test fails on its second iteration, as far as numbers say: `j < 1`."""
+    condition = loop.child_by_field_name("condition")
+    if condition is None or condition.type != "binary_expression":
+        return False
+    left, right = condition.child_by_field_name("left"), condition.child_by_field_name("right")
+    operator = condition.child_by_field_name("operator")
+    if left is None or right is None or operator is None or file.text(left) != name:
+        return False
+    try:
+        bound = int(file.text(right).rstrip("uUlL"), 0)
+    except ValueError:
+        return False
+    return (operator.type == "<" and bound <= 1) or (operator.type == "<=" and bound <= 0)
+
+
 def _parse_expression_text(text: str) -> Node | None:
     """A #define's text as an expression node (its own small parse)."""
     if not text:
@@ -468,6 +484,8 @@ class _Scope:
             if node.type == "for_range_loop" and node.end_byte > self.before:
                 self._range_loop(node)
                 continue
+            if node.type == "for_statement" and node.end_byte > self.before:
+                self._counted_loop(node)
             if node.type == "declaration" and node.parent is not None and node.parent.type != "for_statement":
                 for name, value, line, c_type in _declared(node, self.file):
                     why = "" if value is not None else f"{name} is declared without a value"
@@ -487,6 +505,25 @@ class _Scope:
                 previous = self.names.get(name)
                 key = previous.key if previous else ("local", node.start_byte, name)
                 self.names[name] = _Definition(key, right, self, node.start_point[0] + 1)
+
+    def _counted_loop(self, loop: Node) -> None:
+        """`for (int j = 0; j < count; j++)` around the point (a program trying each of its block sizes,
+        `int block_size = block_sizes[j];`): j as on its first two iterations, one calling context each
+        (as for a range loop): a launch whose block differs between them is the program's own choice,
+        which a rewrite's launch leaves as written."""
+        initializer = loop.child_by_field_name("initializer")
+        if initializer is None or initializer.type != "declaration":
+            return
+        for name, value, line, c_type in _declared(initializer, self.file):
+            if value is None:
+                continue
+            step = self.choices.get(name, 0)
+            if step and _runs_once(loop, name, self.file):
+                step = 0
+            self.loops[name] = 1 if _runs_once(loop, name, self.file) else 2
+            chosen = value if not step else _parse_expression_text(f"({self.file.text(value)}) + {step}")
+            key = ("loop", loop.start_byte, name)
+            self.names[name] = _Definition(key, chosen, self, line, c_type=c_type)
 
     def _range_loop(self, loop: Node) -> None:
         """`for (int n : sizes)` with `sizes = {1000003, 1 << 20}` (or the list written in place): n takes
