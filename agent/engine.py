@@ -17,6 +17,7 @@ from cuda_agent.agent.candidate_log import CandidateLog, process_log
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.compile_environment import CompileEnvironment, compile_in, environment_for
 from cuda_agent.agent.executors import Executor, PoolSettings, open_executor
+from cuda_agent.agent.index_ranges import with_index_ranges
 from cuda_agent.agent.spec import KernelSpec, SpecResolveError, resolve
 from cuda_agent.agent.targets import KernelTarget, automatic_verify_points, problems_for, with_block
 from cuda_agent.sandbox.children import kill_running
@@ -231,7 +232,8 @@ class Engine:
         """Compile the original, verify it (against its oracle, or against itself: guards, inputs unchanged,
         unwritten outputs, determinism), drop an automatic extra size it cannot run, and time it."""
         assert target.spec is not None, "a target without a spec cannot be run"
-        spec = target.spec
+        # an inferred spec's integer positions drawn within the buffers they index (agent/index_ranges.py)
+        spec = with_index_ranges(target) or target.spec
         problems, launches, automatic = problems_for(spec)
         compiled = self.compile(target, target.source)
         if not compiled.ok or compiled.kernel is None:
