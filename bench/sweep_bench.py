@@ -1,0 +1,135 @@
+"""`python -m bench.sweep_bench PATH... [--compile]`: the offline proposers over code we did not write, on
+CPU. For every kernel of the .cu/.cuh files under PATH (a checkout of a public repository, say): whether
+it gets a spec (written, or inferred, and why not), which analysis-driven rewrites and idioms the first
+round offers (chains included), any proposer that raised (a bug: a proposer declines, it never raises),
+the slowest proposer calls, and with --compile whether each first-round candidate compiles with nvcc
+where the original does. Prints the figures and the failures; exits 1 when a proposer raised or a
+candidate broke a compiling original."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuda_agent.agent.compile_environment import compile_in, environment_for
+from cuda_agent.agent.optimize import PROPOSERS
+from cuda_agent.agent.repository import find_sources
+from cuda_agent.agent.search import Proposer, _first_round
+from cuda_agent.agent.targets import KernelTarget, load_targets
+
+ANALYSED = ("rewrite:", "idiom:")  # the proposers the sweep counts: the ones the analysis drives
+SLOW_S = 1.0  # a first round slower than this for one kernel is listed
+
+
+@dataclass
+class Sweep:
+    kernels: int = 0
+    with_spec: int = 0
+    offered: int = 0
+    by_proposer: Counter[str] = field(default_factory=Counter)
+    no_spec: Counter[str] = field(default_factory=Counter)  # the first clause of each reason
+    raised: list[str] = field(default_factory=list)
+    broke: list[str] = field(default_factory=list)
+    slow: list[tuple[float, str]] = field(default_factory=list)
+    compiled: int = 0
+
+
+def sweep(paths: Sequence[Path], compile_candidates: bool = False, arch: str = "sm_90") -> Sweep:
+    found = Sweep()
+    proposers = {name: p for name, p in PROPOSERS.items() if name.startswith(ANALYSED)}
+    for path in find_sources(paths):
+        try:
+            targets = load_targets(path).targets
+        except Exception:  # a bug of ours: it costs this file only
+            found.raised.append(f"{path}: load_targets: {traceback.format_exc(limit=3)}")
+            continue
+        for target in targets:
+            found.kernels += 1
+            if target.spec is None:
+                found.no_spec[_first_clause(target.note)] += 1
+                continue
+            found.with_spec += 1
+            _first_round_of(found, target, proposers, compile_candidates, arch)
+    return found
+
+
+def _first_round_of(
+    found: Sweep, target: KernelTarget, proposers: dict[str, Proposer], compile_candidates: bool, arch: str
+) -> None:
+    where = f"{target.path}:{target.kernel.name}"
+    notes: list[str] = []
+    started = time.perf_counter()
+    try:
+        groups = _first_round(target, proposers, notes)
+    except Exception:
+        found.raised.append(f"{where}: {traceback.format_exc(limit=4)}")
+        return
+    seconds = time.perf_counter() - started
+    if seconds > SLOW_S:
+        found.slow.append((seconds, where))
+    found.raised += [
+        f"{where}: {note}" for note in notes if note.startswith("proposer ") and " failed on " in note
+    ]
+    candidates = [c for group in groups for c in group]
+    if candidates:
+        found.offered += 1
+    found.by_proposer.update({c.proposer.split("+")[0] for c in candidates})
+    if not compile_candidates or not candidates:
+        return
+    environment = environment_for(target.path)
+    original = compile_in(
+        environment, target.source, target.name_expression, filename=str(target.path), arch=arch
+    )
+    if not original.ok:
+        return  # missing headers or flags: nothing a candidate could break
+    for candidate in candidates:
+        name = candidate.kernel_name or target.name_expression_at(candidate.block, candidate.source)
+        result = compile_in(
+            environment, candidate.source, name, filename=str(target.path), arch=arch, flags=candidate.flags
+        )
+        found.compiled += 1
+        if not result.ok:
+            errors = "; ".join(d.message for d in result.errors[:2])
+            found.broke.append(f"{where}: {candidate.proposer} ({candidate.description[:60]}): {errors}")
+
+
+def _first_clause(note: str) -> str:
+    reason = note.removeprefix("no spec: ").split(";")[0]
+    return reason.split(":")[0] if "element type" in reason else reason[:90]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sweep_bench", description=__doc__)
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders of CUDA code")
+    parser.add_argument("--compile", action="store_true", help="compile every first-round candidate (nvcc)")
+    parser.add_argument("--arch", default="sm_90", help="compile for this target (default sm_90)")
+    arguments = parser.parse_args(argv)
+    found = sweep(arguments.paths, arguments.compile, arguments.arch)
+    print(
+        f"kernels: {found.kernels}; with a spec: {found.with_spec}; "
+        f"offered a rewrite or an idiom: {found.offered}"
+    )
+    for proposer, count in found.by_proposer.most_common():
+        print(f"  {proposer}: {count} kernels")
+    print("no spec, by reason:")
+    for reason, count in found.no_spec.most_common(12):
+        print(f"  {count:4d}  {reason}")
+    if arguments.compile:
+        print(
+            f"candidates compiled: {found.compiled}; broken where the original compiles: {len(found.broke)}"
+        )
+    for seconds, where in sorted(found.slow, reverse=True)[:10]:
+        print(f"slow first round: {seconds:.2f} s {where}")
+    for line in [*found.raised, *found.broke]:
+        print(line, file=sys.stderr)
+    return 1 if found.raised or found.broke else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

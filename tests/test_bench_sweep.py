@@ -1,0 +1,39 @@
+"""The sweep over code we did not write (bench/sweep_bench.py), on a small folder: it counts kernels,
+specs and what the analysis-driven proposers offer, says why a kernel got no spec, and with --compile
+checks the first round's candidates with nvcc."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.sweep_bench import main, sweep
+from tests.test_rewrite_warp_per_output import needs_compiler
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "sumsq.cu").write_text(
+        (ROOT / "bench" / "kernels" / "outside" / "sumsq_blocks.cu").read_text()
+    )
+    # no spec can be inferred: three sizes and no program
+    (tmp_path / "mix.cu").write_text(
+        "__global__ void mix(const float* a, float* b, int p, int q, int r) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < p * q * r) b[i] = a[i];\n}\n"
+    )
+    return tmp_path
+
+
+def test_the_sweep_counts_specs_offers_and_the_reasons_for_no_spec(tmp_path: Path) -> None:
+    found = sweep([folder(tmp_path)])
+    assert (found.kernels, found.with_spec, found.offered) == (2, 1, 1)
+    assert found.by_proposer["rewrite:block-to-loop"] == 1 and not found.raised
+    assert list(found.no_spec) == ["expected one integer size (n) or two (rows, cols)"]
+
+
+@needs_compiler
+def test_with_compile_every_candidate_of_a_compiling_original_compiles(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main([str(folder(tmp_path)), "--compile"]) == 0
+    printed = capsys.readouterr().out
+    assert "kernels: 2; with a spec: 1; offered a rewrite or an idiom: 1" in printed
+    assert "broken where the original compiles: 0" in printed
