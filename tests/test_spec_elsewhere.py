@@ -83,3 +83,56 @@ def test_a_file_opened_by_a_relative_path_is_not_its_own_neighbour(
     written = write_launch(target, replace(target.spec.launch, block=(256,)))
     assert not any("also launch it" in note for note in written.notes), written.notes
     assert "const int threads = 256;" in written.text
+
+
+HALVING_HEADER = """__global__ void halve(int* src, int* dst, int count) {
+  extern __shared__ int part[];
+  int t = threadIdx.x;
+  int g = blockIdx.x * blockDim.x + threadIdx.x;
+  part[t] = (g < count) ? src[g] : 0;
+  __syncthreads();
+  if (t == 0) dst[blockIdx.x] = part[0];
+}
+"""
+
+HALVING_MAIN = """#include "./halve.cuh"
+#define THREADS 256
+const int COUNT = 1 << 20;
+int *a, *b, *c;
+void run_halve(bool warm = false) {
+  int blocks = (COUNT + THREADS - 1) / THREADS;
+  halve<<<blocks, THREADS, sizeof(int) * THREADS>>>(a, b, COUNT);
+  int left = blocks;
+  while (left > 1) {
+    int next = (left + THREADS - 1) / THREADS;
+    halve<<<next, THREADS, sizeof(int) * THREADS>>>(b, c, left);
+    left = next;
+  }
+}
+int main() {
+  cudaMalloc(&a, COUNT * sizeof(int));
+  cudaMalloc(&b, COUNT * sizeof(int));
+  cudaMalloc(&c, COUNT * sizeof(int));
+  for (int i = 0; i < 4; i++) run_halve(true);
+  run_halve();
+  return 0;
+}
+"""
+
+
+def test_a_header_kernel_whose_launcher_is_called_from_a_loop_and_after_it_is_read_in_bounded_time(
+    tmp_path: Path,
+) -> None:
+    # Reading the chain of callers for the note went round a cycle of scopes without end (the text grew
+    # to 22 GB): in a process of its own, so that a hang fails the test instead of the whole run.
+    import subprocess
+    import sys
+
+    (tmp_path / "halve.cuh").write_text(HALVING_HEADER)
+    (tmp_path / "main.cu").write_text(HALVING_MAIN)
+    script = (
+        "from pathlib import Path; from cuda_agent.agent.targets import load_targets; "
+        f"(t,) = load_targets(Path({str(tmp_path / 'halve.cuh')!r})).targets; print(t.spec is not None)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr[-2000:]

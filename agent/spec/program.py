@@ -950,12 +950,16 @@ def _inside(node: Node, container: Node) -> bool:
 def _chain(scope: _Scope) -> str:
     """`launch_rmsnorm() (called from main() at line 32)`."""
     text, current = scope.description, scope
+    seen = {id(scope)}
     while True:
         binding = next((d for d in current.names.values() if d.key[0] == "parameter" and d.scope), None)
-        if binding is None or binding.scope is None:
+        # a scope met again (a header's kernel launched by a function its own file's code calls back)
+        # ends the chain: following it grew the text without end
+        if binding is None or binding.scope is None or id(binding.scope) in seen:
             return text
         text += f" (called from {binding.scope.description} at line {binding.line})"
         current = binding.scope
+        seen.add(id(current))
 
 
 def read_launch(
