@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -36,8 +37,10 @@ Beat = Any  # sandbox/verify.py's Beat (imported lazily with the rest of the wor
 
 COMPILE_SILENCE_S = 600.0  # torch.compile's first call: Dynamo, Inductor, Triton autotuning, ptxas
 FIRST_CALL_SILENCE_S = 30.0  # an operator's first use loads its library (cuBLAS for `@`)
-COVER_MARGIN = 2.0  # the GPU waits this many times the host's longest call seen in the warm-up...
+COVER_MARGIN = 2.0  # the GPU waits this many times the host's longest recent call...
 COVER_EXTRA_MS = 0.02  # ...and this much more, so every kernel of the call is queued before the first runs
+COVER_RECENT_CALLS = 4  # ...of this many calls
+COVER_MAX_MS = 20.0  # a longer host call is no launch cost to hide (a recompile): the wait stops here
 
 
 class _Inputs:
@@ -70,11 +73,19 @@ class _Inputs:
 class _LaunchCover:
     """A GPU wait (`torch.cuda._sleep`, which spins for a number of clock cycles) queued before the start
     event, longer than the host takes to issue the call: the call's kernels are all queued when the GPU
-    reaches the start event, so host-side launch costs fall outside the timed region."""
+    reaches the start event, so host-side launch costs fall outside the timed region.
+
+    The wait follows the host times of the last few calls, not the longest ever seen: a warm-up call that
+    recompiles (Dynamo does, after a graph break, when a shape turns out to vary) takes seconds on the host,
+    and a wait sized on it made every timed run sleep that long (a 0.2 s budget took minutes). It is
+    capped, and a call whose host part outlasts its wait is counted: its time includes launch costs."""
 
     def __init__(self, torch: Any) -> None:
         self.torch = torch
-        self.host_ms = 0.0  # the longest host time of a call so far
+        self.recent_ms: deque[float] = deque(maxlen=COVER_RECENT_CALLS)
+        self.host_ms = 0.0  # the longest host time of a call whose kernels were timed
+        self.waited_ms = 0.0  # the wait queued before the call being timed
+        self.calls = self.uncovered = 0
         self.cycles_per_ms = self._calibrate() if hasattr(torch.cuda, "_sleep") else None
 
     def _calibrate(self) -> float:
@@ -88,17 +99,30 @@ class _LaunchCover:
         return cycles / max(float(start.elapsed_time(end)), 1e-6)
 
     def queue(self) -> None:
+        self.waited_ms = 0.0
         if self.cycles_per_ms is not None:
-            wait_ms = COVER_MARGIN * self.host_ms + COVER_EXTRA_MS
-            self.torch.cuda._sleep(int(wait_ms * self.cycles_per_ms))
+            longest = max(self.recent_ms, default=0.0)
+            self.waited_ms = min(COVER_MARGIN * longest + COVER_EXTRA_MS, COVER_MAX_MS)
+            self.torch.cuda._sleep(int(self.waited_ms * self.cycles_per_ms))
+
+    def called(self, host_ms: float, timed: bool) -> None:
+        """The host time of the call just issued: it sizes the next waits; a timed call is counted."""
+        self.recent_ms.append(host_ms)
+        if timed:
+            self.calls += 1
+            self.host_ms = max(self.host_ms, host_ms)
+            self.uncovered += host_ms > self.waited_ms
 
     def note(self) -> str:
         if self.cycles_per_ms is None:
             return "launch costs not hidden (this torch has no torch.cuda._sleep): times include them"
-        return (
-            f"host launch costs hidden behind a GPU wait (the longest call took {self.host_ms * 1e3:.0f} µs "
-            "on the host)"
+        note = (
+            f"host launch costs hidden behind a GPU wait (the longest timed call took "
+            f"{self.host_ms * 1e3:.0f} µs on the host)"
         )
+        if self.uncovered:
+            note += f"; {self.uncovered} of {self.calls} calls took longer on the host than their wait"
+        return note
 
 
 def _scalars(problem: Problem, seed: int) -> tuple[dict[str, Any], str]:
@@ -135,8 +159,7 @@ def _time_function(
         start.record()
         called = time.perf_counter()
         outputs = function(*inputs.tensors)
-        if warming:
-            cover.host_ms = max(cover.host_ms, (time.perf_counter() - called) * 1e3)
+        cover.called((time.perf_counter() - called) * 1e3, timed=not warming)
         end.record()
         end.synchronize()
         del outputs

@@ -4,6 +4,7 @@ GPU (TimeTorchRequest through the worker, eager and torch.compile)."""
 from __future__ import annotations
 
 import re
+import time
 import types
 
 import numpy as np
@@ -53,6 +54,44 @@ def test_oracle_function_refuses_names_it_was_not_given_and_needs_an_oracle() ->
     empty = Problem(problem.label, problem.sizes, problem.arguments, problem.tolerances, None)
     with pytest.raises(ValueError, match="no PyTorch oracle"):
         oracle_function(empty, {}, FAKE_TORCH)
+
+
+class _SpinningCuda:
+    """torch.cuda's spin and events as far as the launch cover uses them (the GPU is the boundary here):
+    a spin of `cycles` takes cycles / 1e6 ms, and the spins asked for are kept."""
+
+    def __init__(self) -> None:
+        self.spins: list[int] = []
+
+    def _sleep(self, cycles: int) -> None:
+        self.spins.append(cycles)
+
+    def Event(self, enable_timing: bool) -> types.SimpleNamespace:  # torch's spelling
+        cuda = self
+        return types.SimpleNamespace(
+            record=lambda: None, synchronize=lambda: None, elapsed_time=lambda end: cuda.spins[-1] / 1e6
+        )
+
+
+def test_the_launch_cover_follows_recent_calls_not_a_recompile_in_the_warm_up() -> None:
+    from cuda_agent.sandbox.torch_timing import COVER_MAX_MS, _LaunchCover
+
+    cuda = _SpinningCuda()
+    cover = _LaunchCover(types.SimpleNamespace(cuda=cuda))
+    assert cover.cycles_per_ms == pytest.approx(1e6)
+    waits = []
+    # The warm-up: a call that recompiled for 3 s on the host, then calls of 0.05 ms.
+    for host_ms, timed in [(0.05, False), (3000.0, False)] + [(0.05, False)] * 4 + [(0.05, True)] * 3:
+        cover.queue()
+        waits.append(cover.waited_ms)
+        cover.called(host_ms, timed)
+    assert waits[2] == COVER_MAX_MS  # right after the recompile: capped, not 6 s a run
+    assert all(wait < 1.0 for wait in waits[-3:])  # the timed calls wait for calls like themselves
+    assert all(wait > 2 * 0.05 for wait in waits[-3:])  # ...and longer than they take on the host
+    assert "took 50 µs" in cover.note() and "longer on the host" not in cover.note()
+    cover.queue()
+    cover.called(5.0, timed=True)  # a timed call slower on the host than its wait: counted, in the note
+    assert "1 of 4 calls took longer on the host than their wait" in cover.note()
 
 
 @pytest.mark.gpu
@@ -121,5 +160,9 @@ def test_an_oracle_with_a_graph_break_still_compiles(sandbox) -> None:  # type: 
     )
     oracle = {"counts": "counts + torch.bincount(values.long(), minlength=bins).int()"}
     problem = Problem("histogram", {"n": n, "bins": bins}, arguments, {}, oracle, bytes_moved=4 * n)
+    started = time.perf_counter()
     result = sandbox._request(TimeTorchRequest(problem, budget_s=0.2), None)
     assert isinstance(result, TorchTimingResult) and result.eager and result.compiled, result.note
+    # Dynamo recompiles here during the warm-up: a launch cover sized on that call slept seconds before
+    # every timed run, and this 0.2 s budget took over four minutes (the compile itself takes ~10 s).
+    assert time.perf_counter() - started < 120, result.note
