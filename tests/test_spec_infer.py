@@ -121,6 +121,57 @@ def test_two_dimensional_naming(rows: str, cols: str):
     assert roles(spec)["out"] == ("output", (rows, cols))
 
 
+@pytest.mark.parametrize(
+    ("source", "pattern", "shapes"),
+    [
+        (  # a row's length named K: it is the one that scales the row index
+            """__global__ void row_sums(const float* A, float* out, int N, int K) {
+                int r = blockIdx.x * blockDim.x + threadIdx.x;
+                if (r >= N) return;
+                float s = 0.0f;
+                for (int j = 0; j < K; ++j) s += A[r * K + j];
+                out[r] = s;
+            }""",
+            "one-thread-per-row",
+            {"A": ("N", "K"), "out": ("N",)},
+        ),
+        (  # the flat index split in two steps, the row's length as emb_size
+            """__global__ void copy_rows(float* out, const float* table, int n, int emb_size) {
+                int i = blockIdx.x * blockDim.x + threadIdx.x;
+                if (i < n * emb_size) {
+                    int t = i / emb_size, c = i % emb_size;
+                    out[t * emb_size + c] = table[t * emb_size + c];
+                }
+            }""",
+            "flattened element-wise",
+            {"out": ("n", "emb_size"), "table": ("n", "emb_size")},
+        ),
+        (  # one block a row through a row pointer with a cast
+            """__global__ void twice(const float* x, float* y, int batch, int dim) {
+                const float* row = x + (size_t)blockIdx.x * dim;
+                for (int c = threadIdx.x; c < dim; c += blockDim.x) y[blockIdx.x * dim + c] = 2.0f * row[c];
+            }""",
+            "one-block-per-row",
+            {"x": ("batch", "dim"), "y": ("batch", "dim")},
+        ),
+    ],
+)
+def test_two_sizes_named_any_way_are_told_apart_by_which_scales_an_index(
+    source: str, pattern: str, shapes: dict[str, tuple[str, ...]]
+):
+    spec = inferred(source)
+    assert spec.inference_note.startswith(f"spec inferred from the {pattern} pattern")
+    assert {name: shape for name, (_, shape) in roles(spec).items() if name in shapes} == shapes
+
+
+def test_two_sizes_that_only_multiply_each_other_are_refused():
+    spec, why = infer("""__global__ void fill(float* y, int p, int q) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < p * q) y[i] = 1.0f;
+    }""")
+    assert spec is None and "not one of them alone scaling an index" in why
+
+
 def test_one_thread_per_row_with_a_row_sized_output():
     spec = inferred("""
         __global__ void row_sum(const float* x, float* sums, int rows, int cols) {

@@ -2,8 +2,9 @@
 
 Recognised (anything else is refused with a reason, so the user writes a spec):
 * 1-D element-wise `(const T* a, ..., T* out, int n)` with a global index (blockIdx.x and threadIdx.x);
-* 2-D `(..., int rows, int cols)` (also height/width, M/N, ny/nx, ...) whose body uses threadIdx.y or
-  blockIdx.y: a 2-D block over cols (x) and rows (y);
+* 2-D `(..., int rows, int cols)` (also height/width, M/N, ny/nx, ..., or any two names of which one alone
+  scales an index, `r * K + c`: that one is cols) whose body uses threadIdx.y or blockIdx.y: a 2-D block
+  over cols (x) and rows (y);
 * row-wise `(..., int rows, int cols)` with a 1-D index: one thread per row (the global index is compared
   with rows), one block per row (blockIdx.x alone indexes rows), one thread per column, or a flattened
   element-wise loop over rows * cols.
@@ -180,9 +181,15 @@ def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
 
 def _layout_2d(names: list[str], analysis: BodyAnalysis) -> _Layout | str:
     pair = next((p for p in SIZE_PAIRS if set(p) == set(names)), None)
+    if pair is None and len(strides := analysis.row_strides(names)) == 1:
+        cols = strides.pop()  # any spelling (N/K, n/emb_size): the one that scales an index is a row's length
+        pair = (next(name for name in names if name != cols), cols)
     if pair is None:
         known = "rows/cols, height/width, M/N or ny/nx"
-        return f"two integer parameters ({', '.join(names)}) not named like {known}"
+        return (
+            f"two integer parameters ({', '.join(names)}) not named like {known}, and not one of them "
+            "alone scaling an index (row * cols + col)"
+        )
     rows, cols = pair
     sizes, verify, full = {rows: ROWS_2D, cols: COLS_2D}, {rows: VERIFY_ROWS, cols: VERIFY_COLS}, (rows, cols)
     dims = f"{rows} × {cols} = {ROWS_2D} × {COLS_2D}"
@@ -362,6 +369,13 @@ def _assigned_through(element: Node, parent_of: _ParentOf) -> Node | None:
     return None
 
 
+def _unparenthesized(node: Node) -> Node:
+    """`((K))` -> `K`; a cast's operand too (`(size_t)K`)."""
+    while node.type in ("parenthesized_expression", "cast_expression") and node.named_child_count:
+        node = node.named_children[-1]
+    return node
+
+
 def _unparenthesize_up(node: Node, parent_of: _ParentOf) -> Node:
     while (above := parent_of(node)) is not None and above.type == "parenthesized_expression":
         node = above
@@ -418,6 +432,14 @@ class BodyAnalysis:
             if {"blockIdx"} <= self._roots(value) and "threadIdx" not in self._roots(value)
         }
         self.compared_with_global_index = self._compared(nodes)
+        self._products = [
+            (left, right)
+            for node in nodes
+            if node.type == "binary_expression"
+            and _text(node.child_by_field_name("operator")) == "*"
+            and (left := node.child_by_field_name("left")) is not None
+            and (right := node.child_by_field_name("right")) is not None
+        ]
         self.aliases = self._aliases(nodes, pointers)
         self.uses = {name: _Use() for name in pointers}
         for node in nodes:
@@ -476,6 +498,18 @@ class BodyAnalysis:
                 if self._is_global_index(side) or self._identifiers(side) & self.global_indices:
                     compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
+
+    def row_strides(self, sizes: Iterable[str]) -> set[str]:
+        """The sizes that scale an index (`row * K + col`, `x + t * emb_size`): a row's length, whatever its
+        name. A product of sizes alone (`n * k` in a bound) says nothing about which is the row."""
+        sizes = set(sizes)
+        found = set()
+        for left, right in self._products:
+            for factor, other in ((left, right), (right, left)):
+                name = _text(_unparenthesized(factor))
+                if name in sizes and not self._identifiers(other) & sizes:
+                    found.add(name)
+        return found
 
     def _aliases(self, nodes: list[Node], pointers: set[str]) -> dict[str, str]:
         """Local pointers derived from parameters (`const float* row = x + r * cols`) -> the parameter."""
