@@ -369,10 +369,14 @@ def _assigned_through(element: Node, parent_of: _ParentOf) -> Node | None:
     return None
 
 
-def _unparenthesized(node: Node) -> Node:
-    """`((K))` -> `K`; a cast's operand too (`(size_t)K`)."""
-    while node.type in ("parenthesized_expression", "cast_expression") and node.named_child_count:
-        node = node.named_children[-1]
+def unwrapped(node: Node) -> Node:
+    """Without parentheses and casts around it."""
+    while node.type in ("parenthesized_expression", "cast_expression"):
+        cast = node.type == "cast_expression"
+        inner = node.child_by_field_name("value") if cast else node.named_children[0]
+        if inner is None:
+            break
+        node = inner
     return node
 
 
@@ -432,14 +436,7 @@ class BodyAnalysis:
             if {"blockIdx"} <= self._roots(value) and "threadIdx" not in self._roots(value)
         }
         self.compared_with_global_index = self._compared(nodes)
-        self._products = [
-            (left, right)
-            for node in nodes
-            if node.type == "binary_expression"
-            and _text(node.child_by_field_name("operator")) == "*"
-            and (left := node.child_by_field_name("left")) is not None
-            and (right := node.child_by_field_name("right")) is not None
-        ]
+        self._nodes = nodes
         self.aliases = self._aliases(nodes, pointers)
         self.uses = {name: _Use() for name in pointers}
         for node in nodes:
@@ -504,9 +501,14 @@ class BodyAnalysis:
         name. A product of sizes alone (`n * k` in a bound) says nothing about which is the row."""
         sizes = set(sizes)
         found = set()
-        for left, right in self._products:
+        for node in self._nodes:
+            if node.type != "binary_expression" or _text(node.child_by_field_name("operator")) != "*":
+                continue
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if left is None or right is None:
+                continue
             for factor, other in ((left, right), (right, left)):
-                name = _text(_unparenthesized(factor))
+                name = _text(unwrapped(factor))
                 if name in sizes and not self._identifiers(other) & sizes:
                     found.add(name)
         return found

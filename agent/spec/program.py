@@ -36,6 +36,7 @@ from cuda_agent.agent.spec.infer import (
     kernel_body,
     role_of,
     size_name_for,
+    unwrapped,
     walk,
 )
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec, SpecResolveError
@@ -762,7 +763,7 @@ class _Translation:
         listed = node.child_by_field_name("arguments")
         arguments = [a for a in listed.named_children if a.type != "comment"] if listed is not None else []
         if callee.split("::")[-1] in ("ceil", "ceilf") and len(arguments) == 1:
-            quotient = _unwrapped(arguments[0])
+            quotient = unwrapped(arguments[0])
             if quotient.type == "binary_expression" and _text_of(quotient, "operator", self.file) == "/":
                 # `ceil(n / 16.0)`, `(int)ceil((float)n / BLOCK)`: how people write a ceiling division.
                 a = self.expression(quotient.child_by_field_name("left"), scope)  # type: ignore[arg-type]
@@ -826,17 +827,6 @@ def _integer(text: str) -> int:
     if len(digits) > 1 and digits.startswith("0"):
         return int(digits, 8)
     return int(digits)
-
-
-def _unwrapped(node: Node) -> Node:
-    """Without parentheses and casts around it."""
-    while node.type in ("parenthesized_expression", "cast_expression"):
-        cast = node.type == "cast_expression"
-        inner = node.child_by_field_name("value") if cast else node.named_children[0]
-        if inner is None:
-            break
-        node = inner
-    return node
 
 
 def _whole(text: str) -> int:
