@@ -427,6 +427,20 @@ def test_an_online_softmax_splits_both_passes_and_rescales_the_lanes_sums() -> N
     assert "+ (other == joint ? other_sum : other_sum * expf(other - joint));" in body
 
 
+@pytest.mark.parametrize(
+    ("kernel", "first_two"),
+    [
+        ("layernorm_forward", ["one warp", "one warp"]),  # 768 columns: a block a row would idle
+        ("rmsnorm_fp16", ["one warp", "one block"]),  # 4096: either may win, both are chained at once
+        ("cross_entropy", ["one block", "one warp"]),  # a 32000-word vocabulary: a block first
+    ],
+)
+def test_the_candidates_chained_first_suit_the_rows_length(kernel: str, first_two: list[str]) -> None:
+    (target,) = load_targets(ROOT / "bench" / "kernels" / "outside" / f"{kernel}.cu").targets
+    described = [c.description for c in propose(target)[:2]]
+    assert [" ".join(d.split()[:2]) for d in described] == first_two, described
+
+
 @pytest.mark.gpu
 def test_split_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
