@@ -19,12 +19,14 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Progress
+from cuda_agent.agent.proposers.idioms import block_scan
 from cuda_agent.agent.proposers.rewrites import (
     block_coarsen,
     block_to_loop,
     contraction,
     fuse_passes,
     inline_helper,
+    look_back,
     promote,
     shared_loop,
     vector_loop,
@@ -48,6 +50,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     shared_loop.PROPOSER: (vector_loop.PROPOSER,),
     # a thread standing for several may still leave thread 0 a loop the (smaller) block can share
     block_coarsen.PROPOSER: (shared_loop.PROPOSER,),
+    # the carry from the blocks before: the block's own scan is then the kernel's remaining cost
+    look_back.PROPOSER: (block_scan.PROPOSER,),
     # a block's values combined by one thread's loop: the plain reduction warp-per-output splits
     block_to_loop.PROPOSER: (warp_per_output.PROPOSER,),
     # two passes made one leave a plain reduction, to split across lanes like any other
@@ -74,6 +78,7 @@ CHAINED = (
     shared_loop.PROPOSER,
     block_coarsen.PROPOSER,
     block_to_loop.PROPOSER,
+    look_back.PROPOSER,
 )
 CHAINED_PER_PROPOSER = 2  # of each such proposer's candidates, how many get their follow-ups at once
 # A chain's follow-up that is itself chained gets its own follow-ups too (a helper written out, its two

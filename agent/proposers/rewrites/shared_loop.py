@@ -56,7 +56,7 @@ class _Unsupported(Exception):
 
 
 @dataclass(frozen=True)
-class _Solo:
+class Solo:
     """`if (tid == 0) { declarations and loops...; rest... }` at the kernel's top level."""
 
     statement: Node
@@ -74,7 +74,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
     block = target.spec.launch.block
     if any(b != 1 for b in block[1:]) or block[0] % 32 or block[0] > 1024:
         return []  # `threadIdx.x == 0` is one thread, and whole warps shuffle
-    for solo in _solos(tree, facts):
+    for solo in solos(tree, facts):
         try:
             body, assumptions = _rewrite(tree, facts, solo)
         except (_Unsupported, Unsupported):
@@ -96,10 +96,10 @@ def propose(target: KernelTarget) -> list[Candidate]:
     return []
 
 
-def _solos(tree: KernelTree, facts: KernelFacts) -> list[_Solo]:
+def solos(tree: KernelTree, facts: KernelFacts) -> list[Solo]:
     """Each top-level `if` on thread 0 that every thread of the block reaches (a return before it only
     under a condition the whole block shares), starting with declarations and counted loops."""
-    found: list[_Solo] = []
+    found: list[Solo] = []
     zero = thread_zero_names(facts)
     varying = _varying(tree)
     loops = {loop.node.start_byte: loop for loop in facts.loops}
@@ -126,7 +126,7 @@ def _solos(tree: KernelTree, facts: KernelFacts) -> list[_Solo]:
         shared = [loops[c.start_byte] for c in moved if c.start_byte in loops]
         if shared:
             text = tree.text(_condition(condition))
-            found.append(_Solo(statement, text, moved, shared, children[count:]))
+            found.append(Solo(statement, text, moved, shared, children[count:]))
     return found
 
 
@@ -153,7 +153,7 @@ def _condition(node: Node) -> Node:
     return unwrap(node)
 
 
-def _thread_name(facts: KernelFacts, solo: _Solo) -> str:
+def _thread_name(facts: KernelFacts, solo: Solo) -> str:
     """The user's name for `threadIdx.x` where one is declared before the `if`, else the builtin."""
     for index in facts.indices:
         if index.form == Form.atom("threadIdx.x") and index.declaration.end_byte <= solo.statement.start_byte:
@@ -184,7 +184,7 @@ def _returns(statement: Node) -> bool:
     return any(n.type in ("return_statement", "goto_statement") for n in walk(statement))
 
 
-def _rewrite(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> tuple[str, tuple[str, ...]]:
+def _rewrite(tree: KernelTree, facts: KernelFacts, solo: Solo) -> tuple[str, tuple[str, ...]]:
     if not [r for r in solo.rest if r.type != "comment"]:
         raise _Unsupported("nothing uses the loops' results")
     _check_uniform(tree, facts, solo)
@@ -224,7 +224,7 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> tuple[str, tu
     return body, tuple(sorted(assumptions))
 
 
-def _check_uniform(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> None:
+def _check_uniform(tree: KernelTree, facts: KernelFacts, solo: Solo) -> None:
     """What every thread now runs must be what thread 0 ran: no thread-varying value, no memory this
     kernel also writes (another thread's earlier store may not be visible yet), shared memory only where
     a barrier settled it, no effects, and declarations only before the loop."""
@@ -271,7 +271,7 @@ def _check_uniform(tree: KernelTree, facts: KernelFacts, solo: _Solo) -> None:
             raise _Unsupported("a load the analysis could not place")
 
 
-def _settled(tree: KernelTree, solo: _Solo, shared: set[str]) -> set[str]:
+def _settled(tree: KernelTree, solo: Solo, shared: set[str]) -> set[str]:
     """The shared names every thread may read inside the `if`: those a top-level barrier before it
     completed, with no store to them between that barrier and the `if`."""
     before = [s for s in tree.body.named_children if s.end_byte <= solo.statement.start_byte]
