@@ -23,9 +23,11 @@ from tests.test_rewrite_warp_per_output import ATTENTION, GEMV, _target, needs_c
 from tests.test_rewrite_warp_per_output import check as compiled_candidates
 
 # The tests name candidates by position in the templates' order (the first kernel's 128x128, 128x64 and
-# 64x64 tiles, then the float4 kernel's 128x128, 128x256 and 128x64), whatever order the rewrite offers
+# 64x64 tiles, then the float4 kernel's 128x128, 128x256, 128x64 and 64x64), whatever order the rewrite offers
 # them in for the search.
-TEMPLATE_ORDER = ("128x128 shared", "128x64 shared", "64x64 shared", "128x128x8 ", "128x256x8 ", "128x64x8 ")
+TEMPLATE_ORDER = (
+    "128x128 shared", "128x64 shared", "64x64 shared", "128x128x8 ", "128x256x8 ", "128x64x8 ", "64x64x8 "
+)  # fmt: skip
 
 
 def in_template_order(candidates: list[Candidate]) -> list[Candidate]:
@@ -65,10 +67,17 @@ def loads(candidate: Candidate) -> list[str]:
 def test_the_shapes_that_won_on_the_h200_are_offered_first() -> None:
     # the search measures the first candidates of every proposer first: within a 12 s budget the
     # float4 kernel's 128x64 and 128x128 tiles are the ones that beat the rest on every contraction
-    target = load_targets(ROOT / "bench" / "kernels" / "matmul_naive.cu").find("matmul")
-    assert target is not None
+    target = load_targets(ROOT / "bench" / "kernels" / "matmul_4k.cu").targets[0]
     offered = [c.description.split(": ")[1].split(" tiles")[0] for c in propose(target)]
     assert offered[:2] == ["128x64x8", "128x128x8"] and len(offered) == 6
+
+
+@pytest.mark.parametrize(("name", "first"), [("syrk.cu", "64x64x8"), ("covariance.cu", "128x64x8")])
+def test_an_output_too_small_for_two_waves_of_tiles_gets_smaller_tiles_first(name: str, first: str) -> None:
+    # SYRK's 1024 x 1024 output is 128 tiles of 128x64: one wave on 132 SMs, one block each
+    target = load_targets(OUTSIDE / name).targets[0]
+    offered = [c.description.split(": ")[1].split(" tiles")[0] for c in propose(target)]
+    assert offered[0] == first and len(offered) == (7 if first == "64x64x8" else 6), offered
 
 
 @needs_compiler
@@ -221,8 +230,9 @@ def test_the_float4_kernel_loads_both_factors_along_memory() -> None:
         ("ceil_div(N, 128)", "ceil_div(M, 128)"),
         ("ceil_div(N, 256)", "ceil_div(M, 128)"),
         ("ceil_div(N, 64)", "ceil_div(M, 128)"),
+        ("ceil_div(N, 64)", "ceil_div(M, 64)"),  # 1024 x 1024 outputs: the small tiles are offered too
     ]
-    assert [c.flags for c in candidates] == [("-maxrregcount=128",), (), ()]
+    assert [c.flags for c in candidates] == [("-maxrregcount=128",), (), (), ()]
     a, b = float4_paths(candidates[0])
     # A along k, four k of one row; B along the col, four cols of one k; each only in range and aligned
     assert a == "if (r < M && c + 3 < K && reinterpret_cast<unsigned long long>(&(A[r * K + c])) % 16 == 0) {"

@@ -48,6 +48,7 @@ from cuda_agent.agent.proposers.tree import (
     walk,
 )
 from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -67,6 +68,10 @@ SHAPES: tuple[Shape, ...] = (
     Shape(vector=False, quads_m=2, quads_n=2),
     Shape(vector=False, quads_m=2, quads_n=1),
 )
+# The float4 kernel's 64x64 tiles lead where 128x64 ones would not give every SM of an H200 (132) two
+# blocks: an output of 1024 x 1024 (SYRK) is 128 such tiles, one wave at one block an SM.
+SMALL_TILES = Shape(vector=True, quads_m=1, quads_n=1)
+TWO_WAVES = 2 * 132
 _IDENTITY = frozenset({"0", "0.0", "0.0f", "0.f", "0.0F", "0.F", "0."})
 
 
@@ -87,7 +92,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     names = template_names(tree, match)
     candidates = []
-    for shape in SHAPES:
+    for shape in _shapes(target, match):
         tile_m, tile_n = shape.tile
         grid = [f"ceil_div({match.cols_spec}, {tile_n})", f"ceil_div({match.rows_spec}, {tile_m})"]
         if match.batch:
@@ -109,6 +114,22 @@ def propose(target: KernelTarget) -> list[Candidate]:
             )
         candidates.append(candidate)
     return candidates
+
+
+def _shapes(target: KernelTarget, match: Contraction) -> tuple[Shape, ...]:
+    """SHAPES, led by SMALL_TILES for an output too small for two waves of the first shape's tiles (at the
+    benchmark's sizes, batches counted)."""
+    assert target.spec is not None
+    sizes = target.spec.sizes
+    try:
+        rows, cols = evaluate(match.rows_spec, sizes), evaluate(match.cols_spec, sizes)
+        batch = evaluate(match.batch_spec or target.spec.launch.grid[2], sizes) if match.batch else 1
+    except (ExpressionError, ArithmeticError):
+        return SHAPES
+    tile_m, tile_n = SHAPES[0].tile
+    if -(-rows // tile_m) * -(-cols // tile_n) * batch >= TWO_WAVES:
+        return SHAPES
+    return (SMALL_TILES, *SHAPES)
 
 
 def _block_fits(target: KernelTarget) -> bool:
