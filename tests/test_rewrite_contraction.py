@@ -418,7 +418,7 @@ def test_the_float4_kernels_match_the_oracles_at_odd_sizes_on_the_gpu() -> None:
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             candidates = vectorised(propose(target))
-            assert len(candidates) == 3
+            assert len(candidates) in (3, 4)  # with the 64x64 tiles where the output is small
             results = engine.evaluate(baseline, candidates)
             original = baseline.timing.median_ms if baseline.timing else float("nan")
             for r in results:
