@@ -111,6 +111,8 @@ def test_names_the_file_already_uses_are_not_taken() -> None:
         ("k < first;", "k < first + 1;"),  # not a whole number of blocks
         ("acc = acc + flags[k];", "acc = acc + 2 * flags[k];"),  # adds something else
         ("block = [256]", "block = [16, 16]"),  # not a row of 1-D blocks
+        # blocks past the end leave: the block before them would read its own elements unproven
+        ("    if (t == 0) {\n", "    if (first >= count) return;\n    if (t == 0) {\n"),
     ],
 )
 def test_not_offered_where_the_sum_could_change(change: tuple[str, str]) -> None:

@@ -101,6 +101,15 @@ def propose(target: KernelTarget) -> list[Candidate]:
 
 
 def _rewrite(tree: KernelTree, facts: KernelFacts, solo: Solo, loop: Loop) -> tuple[str, str, str]:
+    if any(
+        n.type in ("return_statement", "goto_statement")
+        for statement in tree.body.named_children
+        if statement.end_byte <= solo.statement.start_byte
+        for n in walk(statement)
+    ):
+        # a block that may leave early proves nothing about the elements the block before it owns: its
+        # loop would have read them, the look-back reads them in that block
+        raise _Unsupported("a return before the carry")
     share = _per_block(loop)
     per_block = _spelled_share(tree, loop, share)
     array, accumulator = _summed(tree, facts, loop)
