@@ -441,6 +441,45 @@ def test_the_candidates_chained_first_suit_the_rows_length(kernel: str, first_tw
     assert [" ".join(d.split()[:2]) for d in described] == first_two, described
 
 
+# An online softmax whose first pass keeps its running maximum and sum in a shape the analysis does not
+# take for a reduction (the rescale in one branch, the plain add in the other).
+UNSEEN_FIRST_PASS = (
+    ROW_SPEC.format(out_shape='["rows", "cols"]')
+    + """
+__global__ void k(const float* x, float* y, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float* row = x + (size_t)r * cols;
+    float top = -INFINITY;
+    float total = 0.0f;
+    for (int c = 0; c < cols; ++c) {
+        float v = row[c];
+        float before = top;
+        if (v > top) {
+            top = v;
+            total = total * expf(before - top) + expf(v - top);
+        } else {
+            total += expf(v - top);
+        }
+    }
+    for (int c = 0; c < cols; ++c) y[(size_t)r * cols + c] = expf(row[c] - top) / total;
+}
+"""
+)
+
+
+def test_a_loop_every_lane_would_repeat_in_full_is_not_left_whole() -> None:
+    # splitting only the second pass made every lane redo the first: 0.12x on the H200 (a block a row)
+    target = _target(UNSEEN_FIRST_PASS, "k")
+    assert propose(target) == []
+    # the same kernel with the first pass gone is split
+    single = UNSEEN_FIRST_PASS.split("    for (int c = 0; c < cols; ++c) {")[0] + (
+        "    for (int c = 0; c < cols; ++c) y[(size_t)r * cols + c] = expf(row[c] - top) / total;\n}\n"
+    )
+    assert propose(_target(single, "k"))
+
+
 @pytest.mark.gpu
 def test_split_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
