@@ -25,7 +25,8 @@ from cuda_agent.agent.analysis.facts import SUM, Loop
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import unwrap
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites.shared_loop import Solo, solos
+from cuda_agent.agent.proposers.rewrites._combine import declared_type
+from cuda_agent.agent.proposers.rewrites.shared_loop import Solo, returns, solos, thread_name
 from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
@@ -102,10 +103,9 @@ def propose(target: KernelTarget) -> list[Candidate]:
 
 def _rewrite(tree: KernelTree, facts: KernelFacts, solo: Solo, loop: Loop) -> tuple[str, str, str]:
     if any(
-        n.type in ("return_statement", "goto_statement")
+        returns(statement)
         for statement in tree.body.named_children
         if statement.end_byte <= solo.statement.start_byte
-        for n in walk(statement)
     ):
         # a block that may leave early proves nothing about the elements the block before it owns: its
         # loop would have read them, the look-back reads them in that block
@@ -117,7 +117,8 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, solo: Solo, loop: Loop) -> tu
     kind = element_type(parameter)
     if kind is None or kind not in _BITS:
         raise _Unsupported(f"{array} is not an array of a 32-bit type")
-    if _declared_type(tree, solo, accumulator) != kind:
+    declared = declared_type(tree, accumulator)
+    if declared is None or " ".join(declared.split()) != kind:
         raise _Unsupported(f"{accumulator} is not a {kind}: the look-back would sum in another type")
     if any(a.write and a.array == array for a in facts.accesses):
         raise _Unsupported(f"the kernel writes {array}")
@@ -126,16 +127,15 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, solo: Solo, loop: Loop) -> tu
         taken, "look_back_status", "look_back_done", "LOOK_BACK_CAPACITY", "sum_before_block", "before_block"
     )
     helper = _helper(kind, status, done, capacity, helper_name)
-    thread = _thread_text(tree, solo)
+    thread = thread_name(facts, solo)
     indent = line_indent(tree, solo.statement)
     unit = tree.indent_unit()
-    inner = tree.data[solo.statement.start_byte : solo.statement.end_byte].decode("utf-8")
-    start = loop.node.start_byte - solo.statement.start_byte
-    end = loop.node.end_byte - solo.statement.start_byte
-    loop_bytes = inner.encode("utf-8")
-    replaced = (loop_bytes[:start] + f"{accumulator} += {before};".encode() + loop_bytes[end:]).decode(
-        "utf-8"
+    statement = tree.data[solo.statement.start_byte : solo.statement.end_byte]
+    start, end = (
+        loop.node.start_byte - solo.statement.start_byte,
+        loop.node.end_byte - solo.statement.start_byte,
     )
+    replaced = (statement[:start] + f"{accumulator} += {before};".encode() + statement[end:]).decode("utf-8")
     replaced = replaced.replace("\n", "\n" + unit)
     text = (
         f"// warp 0 gets the sum of {array} before this block from the blocks before it ({helper_name})\n"
@@ -237,26 +237,6 @@ def _added(tree: KernelTree, statement: Node, accumulator: str) -> Node | None:
         ):
             return other
     return None
-
-
-def _declared_type(tree: KernelTree, solo: Solo, name: str) -> str | None:
-    for node in walk(solo.statement):
-        if node.type != "declaration":
-            continue
-        for declarator in node.children_by_field_name("declarator"):
-            if declarator_name(declarator) == name:
-                kind = node.child_by_field_name("type")
-                return " ".join(tree.text(kind).split()) if kind is not None else None
-    return None
-
-
-def _thread_text(tree: KernelTree, solo: Solo) -> str:
-    """`tid` of `if (tid == 0)`, `threadIdx.x` of `if (!threadIdx.x)`: the name the `if` tests."""
-    condition = solo.condition.replace(" ", "")
-    for side in condition.lstrip("!").split("=="):
-        if side and side != "0":
-            return side
-    return "threadIdx.x"
 
 
 def _helper(kind: str, status: str, done: str, capacity: str, name: str) -> str:

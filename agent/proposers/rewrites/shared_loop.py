@@ -104,7 +104,7 @@ def solos(tree: KernelTree, facts: KernelFacts) -> list[Solo]:
     varying = _varying(tree)
     loops = {loop.node.start_byte: loop for loop in facts.loops}
     for statement in tree.body.named_children:
-        if _returns(statement) and not _uniform_return(tree, statement, varying):
+        if returns(statement) and not _uniform_return(tree, statement, varying):
             break  # threads that left could not take part in the block's combine
         if statement.type != "if_statement" or statement.child_by_field_name("alternative") is not None:
             continue
@@ -153,7 +153,7 @@ def _condition(node: Node) -> Node:
     return unwrap(node)
 
 
-def _thread_name(facts: KernelFacts, solo: Solo) -> str:
+def thread_name(facts: KernelFacts, solo: Solo) -> str:
     """The user's name for `threadIdx.x` where one is declared before the `if`, else the builtin."""
     for index in facts.indices:
         if index.form == Form.atom("threadIdx.x") and index.declaration.end_byte <= solo.statement.start_byte:
@@ -180,7 +180,7 @@ def _spelled(tree: KernelTree, node: Node) -> str:
     return "".join(tree.text(node).split())
 
 
-def _returns(statement: Node) -> bool:
+def returns(statement: Node) -> bool:
     return any(n.type in ("return_statement", "goto_statement") for n in walk(statement))
 
 
@@ -196,7 +196,7 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, solo: Solo) -> tuple[str, tup
         tree, "offset", "other", "other_at", "other_sum", "joint", "part", "w", "found", "other_found"
     )
     indent, inner = line_indent(tree, solo.statement), line_indent(tree, solo.moved[0])
-    thread = _thread_name(facts, solo)
+    thread = thread_name(facts, solo)
     edits: list[Edit] = []
     assumptions: set[str] = set()
     for loop in solo.loops:
