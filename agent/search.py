@@ -28,6 +28,7 @@ from cuda_agent.agent.proposers.rewrites import (
     inline_helper,
     look_back,
     promote,
+    row_loop,
     shared_loop,
     vector_loop,
     warp_per_output,
@@ -54,6 +55,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     look_back.PROPOSER: (block_scan.PROPOSER,),
     # a block's values combined by one thread's loop: the plain reduction warp-per-output splits
     block_to_loop.PROPOSER: (warp_per_output.PROPOSER,),
+    # a row's loop where a thread an element was: split across lanes again, the row's own work done once
+    row_loop.PROPOSER: (warp_per_output.PROPOSER,),
     # two passes made one leave a plain reduction, to split across lanes like any other
     fuse_passes.PROPOSER: (warp_per_output.PROPOSER, y_split.PROPOSER),
     promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER, y_split.PROPOSER),
@@ -78,6 +81,7 @@ CHAINED = (
     shared_loop.PROPOSER,
     block_coarsen.PROPOSER,
     block_to_loop.PROPOSER,
+    row_loop.PROPOSER,
     look_back.PROPOSER,
 )
 CHAINED_PER_PROPOSER = 2  # of each such proposer's candidates, how many get their follow-ups at once

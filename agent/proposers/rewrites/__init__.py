@@ -16,6 +16,7 @@ from cuda_agent.agent.proposers.rewrites import (
     inline_helper,
     look_back,
     promote,
+    row_loop,
     shared_loop,
     untile,
     vector_loop,
@@ -36,6 +37,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     # before shared-loop and block-coarsen: where it applies, its chain (a warp a block, 16-byte loads)
     # leaves no barrier at all, which theirs keep
     block_to_loop.PROPOSER: block_to_loop.propose,
+    row_loop.PROPOSER: row_loop.propose,
     # before shared-loop: where it applies, a block reads its own share instead of all before it
     look_back.PROPOSER: look_back.propose,
     shared_loop.PROPOSER: shared_loop.propose,

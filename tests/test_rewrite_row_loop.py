@@ -1,0 +1,198 @@
+"""The row-loop rewrite on CPU: a thread an element that takes its flat index apart (`i / D`, `i % D`,
+`(idx / OW) % OH`) becomes a thread a row looping over the columns, the row's own loads done once, in any
+spelling of the bound and the pieces; warp-per-output then splits the loop across lanes and vector-loop
+widens it (the chain compiles). It is not offered where a thread does anything but its element's work or
+the pieces are not of one row length. The gpu-marked test verifies the chains and their gain on the H200."""
+
+from __future__ import annotations
+
+import pytest
+from cuda_agent.agent import optimize, search
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.proposers.rewrites import row_loop, vector_loop, warp_per_output
+from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.sandbox.compile import compile_kernel
+
+from tests.test_idioms import _target, needs_compiler
+from tests.test_rewrite_promote import outside, then
+from tests.test_rewrite_warp_per_output import body_of
+
+# Token and position embeddings added, one thread an output element: the bound through a local, the
+# guard an `if` around the work, the row taken apart again (`bt % T`) and the token looked up.
+EMBED = """
+/* cuda-agent
+[sizes]
+B = 8
+T = 1024
+C = 768
+V = 50257
+[args]
+out    = { role = "output", dtype = "float32", shape = ["B", "T", "C"] }
+tokens = { role = "input", dtype = "int32", shape = ["B", "T"], init = { low = 0, high = "V" } }
+wte    = { role = "input",  dtype = "float32", shape = ["V", "C"] }
+wpe    = { role = "input",  dtype = "float32", shape = ["T", "C"] }
+B = { role = "scalar", dtype = "int32", value = "B" }
+T = { role = "scalar", dtype = "int32", value = "T" }
+C = { role = "scalar", dtype = "int32", value = "C" }
+[launch]
+block = [512]
+grid = ["ceil_div(B * T * C, block.x)"]
+[verify]
+sizes = [{ B = 2, T = 33, C = 50, V = 101 }]
+oracle = { out = "wte[tokens.long()] + wpe[:T].unsqueeze(0)" }
+*/
+__global__ void embed_add(float* out, const int* tokens, const float* wte, const float* wpe,
+                          int B, int T, int C)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    int N = B * T * C;
+    if (idx < N) {
+        int bt = idx / C;
+        int t = bt % T;
+        int c = idx % C;
+        int token = tokens[bt];
+        out[idx] = wte[token * C + c] + wpe[t * C + c];
+    }
+}
+"""
+
+# A bias added along rows with only the remainder taken (no row name), the width a macro.
+BIAS = """
+#define WIDTH 1024
+/* cuda-agent
+[sizes]
+rows = 16384
+[args]
+x    = { role = "input",  dtype = "float32", shape = ["rows", 1024] }
+bias = { role = "input",  dtype = "float32", shape = [1024] }
+y    = { role = "output", dtype = "float32", shape = ["rows", 1024] }
+rows = { role = "scalar", dtype = "int32", value = "rows" }
+[launch]
+block = [256]
+grid = ["ceil_div(rows * 1024, block.x)"]
+[verify]
+sizes = [{ rows = 37 }]
+oracle = { y = "torch.relu(x + bias)" }
+*/
+__global__ void bias_relu(const float* x, const float* bias, float* y, int rows)
+{
+    const int i = threadIdx.x + blockDim.x * blockIdx.x;
+    if (i >= rows * WIDTH) return;
+    float v = x[i] + bias[i % WIDTH];
+    y[i] = v > 0.0f ? v : 0.0f;
+}
+"""
+
+
+def chain(target: KernelTarget) -> tuple[Candidate, list[Candidate], list[Candidate]]:
+    """The row loop, the warp splits of it and the vector loads of the first two; all compile cleanly."""
+    (rows,) = row_loop.propose(target)
+    warps = warp_per_output.propose(then(target, rows))
+    vectors = [v for w in warps[:2] for v in vector_loop.propose(then(target, w))]
+    for candidate in (rows, *warps, *vectors):
+        result = compile_kernel(device_source(candidate.source), target.kernel.name, flags=candidate.flags)
+        assert result.ok, [d.message for d in result.diagnostics]
+    return rows, warps, vectors
+
+
+@needs_compiler
+def test_an_index_select_becomes_a_row_a_thread_then_a_warp_with_vector_loads() -> None:
+    target = outside("index_select_rows")
+    rows, warps, vectors = chain(target)
+    body = body_of(rows, "index_select_rows")
+    # the row's index read once, before the loop over its columns; the flat index put back for out[i]
+    assert body.index("long long src = index[row];") < body.index("for (int col = 0; col < D; ++col)")
+    assert "int i = row * D + col;" in body and "i / D" not in body and "i % D" not in body
+    assert rows.launch is not None and rows.launch.grid == ("ceil_div(n, block.x)",)
+    assert "(the row's own src once)" in rows.description
+    assert any("one warp per row" in w.description for w in warps)
+    assert vectors and "16-byte loads" in vectors[0].description
+
+
+@needs_compiler
+def test_the_bound_through_a_local_an_if_guard_and_a_row_taken_apart_again() -> None:
+    rows, warps, vectors = chain(_target(EMBED, "embed_add"))
+    body = body_of(rows, "embed_add")
+    assert "int bt = blockIdx.x * blockDim.x + threadIdx.x;" in body
+    assert "int N = B * T * C;" in body and "if (bt < N / C) {" in body  # the user's bound, still read
+    loop = body.index("for (int c = 0; c < C; ++c)")
+    assert body.index("int t = bt % T;") < loop and body.index("int token = tokens[bt];") < loop
+    assert "out[idx] = wte[token * C + c] + wpe[t * C + c];" in body[loop:]
+    assert warps and vectors
+
+
+@needs_compiler
+def test_a_remainder_alone_gets_fresh_names_and_a_macro_width() -> None:
+    rows, warps, vectors = chain(_target(BIAS, "bias_relu"))
+    body = body_of(rows, "bias_relu")
+    assert "const int row = threadIdx.x + blockDim.x * blockIdx.x;" in body
+    assert "if (row >= rows) return;" in body and "for (int col = 0; col < WIDTH; ++col)" in body
+    assert "const int i = row * WIDTH + col;" in body and "bias[col]" in body
+    assert warps and vectors
+
+
+@needs_compiler
+def test_an_inner_axis_taken_apart_by_chained_divisions() -> None:
+    rows, warps, _ = chain(outside("maxpool2d"))
+    body = body_of(rows, "maxpool2d")
+    loop = body.index("for (int ow = 0; ow < OW; ++ow)")
+    for hoisted in ("int oh = row % OH;", "int c = (row / OH) % C;", "int n = row / OH / C;"):
+        assert body.index(hoisted) < loop, hoisted
+    assert body.index("const float* plane = inp + (n * C + c) * H * W;") < loop
+    assert body.index("int w0 = ow * POOL_STRIDE - POOL_PAD;") > loop  # reads the column: stays in
+    assert rows.launch is not None and rows.launch.grid == ("ceil_div(C * N * OH, block.x)",)
+    assert warps
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # the bound is not a whole number of rows
+        ("if (i >= rows * WIDTH) return;", "if (i >= rows * WIDTH - 3) return;"),
+        # pieces of two unrelated lengths
+        ("bias[i % WIDTH]", "bias[i % WIDTH] + x[i / 7]"),
+        # a return in the work would end the row, not the element
+        ("y[i] = v > 0.0f ? v : 0.0f;", "if (v < 0.0f) return; y[i] = v;"),
+        # the work reads the thread's identity
+        ("y[i] = v", "y[i] = threadIdx.x + v"),
+        # a warp-level operation
+        ("y[i] = v > 0.0f ? v : 0.0f;", "y[i] = __shfl_down_sync(0xffffffff, v, 1);"),
+        # the launch reaches only some of the elements the bound allows
+        ('grid = ["ceil_div(rows * 1024, block.x)"]', 'grid = ["ceil_div(rows * 512, block.x)"]'),
+        # the index assigned after its declaration
+        ("float v = x[i] + bias[i % WIDTH];", "float v = x[i] + bias[i % WIDTH]; i += 0;"),
+    ],
+)
+def test_not_offered_where_the_elements_could_change(change: tuple[str, str]) -> None:
+    old, new = change
+    assert old in BIAS
+    source = BIAS.replace(old, new)
+    if "i += 0" in new:
+        source = source.replace("const int i", "int i")
+    assert row_loop.propose(_target(source, "bias_relu")) == []
+
+
+def test_the_search_measures_the_row_loop_split_across_lanes_in_the_first_round() -> None:
+    target = outside("index_select_rows")
+    first = search.interleave(search._first_round(target, optimize.PROPOSERS, []))
+    proposers = {c.proposer for c in first}
+    chained = "rewrite:row-loop+rewrite:warp-per-output"
+    assert chained in proposers and f"{chained}+rewrite:vector-loop" in proposers
+
+
+@pytest.mark.gpu
+def test_row_loops_split_across_lanes_verify_and_beat_the_originals_on_the_gpu() -> None:
+    from cuda_agent.agent.engine import Engine, EngineSettings
+
+    from tests.test_rewrite_warp_per_output import shown
+
+    with Engine(EngineSettings(use_cache=False, input_sets=3)) as engine:
+        for target in (outside("index_select_rows"), _target(EMBED, "embed_add"), _target(BIAS, "bias_relu")):
+            baseline = engine.baseline(target)
+            assert baseline.usable, baseline.error
+            rows, warps, vectors = chain(target)
+            results = engine.evaluate(baseline, [rows, *warps[:2], *vectors])
+            seen = shown(baseline.target, results)
+            assert results and all(r.verified for r in results), seen
+            assert max(r.speedup or 0 for r in results) > 1.1, seen
