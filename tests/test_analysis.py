@@ -134,6 +134,10 @@ REDUCE = "int r = blockIdx.x * blockDim.x + threadIdx.x; if (r >= rows) return;\
         " if (v > m) { s *= expf(m - v); m = v; } s += expf(v - m); } y[r] = s;",
         "float m = -1e30f; float s = 0.0f; for (int c = 0; c < cols; ++c) { float mn = fmaxf(m, row[c]);"
         " s = s * __expf(m - mn) + __expf(row[c] - mn); m = mn; } y[r] = m + logf(s);",
+        # the rescale in one branch, the plain add in the other, the old maximum copied first
+        "float m = -INFINITY; double s = 0.0; for (int c = 0; c < cols; ++c) { float before = m;"
+        " float v = row[c]; if (v > m) { m = v; s = s * expf(before - m) + expf(v - m); }"
+        " else { s += expf(v - m); } } y[r] = s;",
     ],
 )
 def test_the_online_softmax_normaliser_is_a_logsumexp_pair(body: str) -> None:

@@ -441,9 +441,8 @@ def test_the_candidates_chained_first_suit_the_rows_length(kernel: str, first_tw
     assert [" ".join(d.split()[:2]) for d in described] == first_two, described
 
 
-# An online softmax whose first pass keeps its running maximum and sum in a shape the analysis does not
-# take for a reduction (the rescale in one branch, the plain add in the other).
-UNSEEN_FIRST_PASS = (
+# An online softmax spelled with the rescale in one branch and the plain add in the other, the sum a double.
+BRANCHED_ONLINE = (
     ROW_SPEC.format(out_shape='["rows", "cols"]')
     + """
 __global__ void k(const float* x, float* y, int rows, int cols)
@@ -452,7 +451,7 @@ __global__ void k(const float* x, float* y, int rows, int cols)
     if (r >= rows) return;
     const float* row = x + (size_t)r * cols;
     float top = -INFINITY;
-    float total = 0.0f;
+    double total = 0.0;
     for (int c = 0; c < cols; ++c) {
         float v = row[c];
         float before = top;
@@ -466,6 +465,25 @@ __global__ void k(const float* x, float* y, int rows, int cols)
     for (int c = 0; c < cols; ++c) y[(size_t)r * cols + c] = expf(row[c] - top) / total;
 }
 """
+)
+
+
+@needs_compiler
+def test_a_branched_online_softmax_splits_with_its_sums_partials_in_double() -> None:
+    body = body_of(check(_target(BRANCHED_ONLINE, "k"))[0])
+    assert body.count("c += 32") == 2
+    assert "double other_sum = __shfl_xor_sync(0xffffffffu, total, offset);" in body
+
+
+# A first pass the analysis does not take for a reduction: a moving average, each step on the last.
+UNSEEN_FIRST_PASS = BRANCHED_ONLINE.replace(
+    """        if (v > top) {
+            top = v;
+            total = total * expf(before - top) + expf(v - top);
+        } else {
+            total += expf(v - top);
+        }""",
+    """        top = 0.9f * before + 0.1f * v;""",
 )
 
 

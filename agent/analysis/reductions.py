@@ -7,7 +7,8 @@ at = k; }` an argmax keeping the first position (`>=`: the last); `|=`, `&=`, `^
 update that is none of these, or an accumulator read elsewhere in the loop, makes the local carried:
 the loop's iterations then depend on each other. A running maximum and a sum of exponentials rescaled
 whenever the maximum grows (`if (v > m) { s *= expf(m - v); m = v; } s += expf(v - m);`, or through
-`m_new = fmaxf(m, v)`) is the online softmax's normaliser: a logsumexp of the pair.
+`m_new = fmaxf(m, v)`, or `if (v > m) { m = v; s = s * expf(m_prev - m) + expf(v - m); } else s +=
+expf(v - m);` with `m_prev` a copy of m) is the online softmax's normaliser: a logsumexp of the pair.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def _online_softmax(
             allowed = [*statements, *(_enclosing_condition(n) for n in statements)]
             if helper is not None:
                 allowed.append(helper)
+            allowed += _copies(body, m)
             if _reads_only_within(body, (m, s), allowed):
                 found.append(reduction)
     return found
@@ -157,6 +159,17 @@ def _fresh_maximum(body: Node, m: str) -> Node | None:
         if value is not None and _max_of(unwrap(value), m):
             return node
     return None
+
+
+def _copies(body: Node, m: str) -> list[Node]:
+    """`float m_prev = m;` in the loop body: the maximum before this element, for the rescale."""
+    return [
+        node
+        for node in _nodes(body)
+        if node.type == "init_declarator"
+        and (value := node.child_by_field_name("value")) is not None
+        and _is(value, m)
+    ]
 
 
 def _max_of(node: Node, m: str) -> bool:
@@ -351,11 +364,13 @@ def _compared(condition: Node) -> tuple[Node, Node, Node] | None:
 
 
 def _enclosing_if(statement: Node | None) -> Node | None:
-    """The if statement whose (braced or bare) consequence holds this expression statement."""
+    """The if statement whose (braced or bare) consequence holds this expression statement; an else
+    branch does not change what the consequence does when the condition holds."""
     node = statement.parent if statement is not None else None
+    child = statement
     if node is not None and node.type == "compound_statement":
-        node = node.parent
-    if node is not None and node.type == "if_statement" and node.child_by_field_name("alternative") is None:
+        node, child = node.parent, node
+    if node is not None and node.type == "if_statement" and child == node.child_by_field_name("consequence"):
         return node
     return None
 

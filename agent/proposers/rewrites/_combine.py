@@ -161,7 +161,7 @@ def merge(
             f"{value} = {joint};",
         ]
         return (
-            [(other, kind, value), (other_sum, kind, total)],
+            [(other, kind, value), (other_sum, declared_type(tree, total) or kind, total)],  # `double sum`
             merge,
             "the lanes' running maxima and sums: each sum rescaled to the joint maximum",
             "the online softmax's sum is regrouped across the lanes (within the spec's tolerance)",
