@@ -32,7 +32,12 @@ def test_a_column_walk_is_split_across_threads_along_y() -> None:
     assert [c.launch.grid[0] for c in candidates if c.launch][1:] == ["ceil_div(N, 32)", "ceil_div(N, 16)"]
     body = body_of(candidates[0], "gemv_transposed")
     assert "const bool inside = col <= N - 1;" in body  # the check as written, now a flag
-    assert "for (int row = threadIdx.y; row < M; row += blockDim.y) {" in body
+    # the thread's rows four at a time (their loads in flight together), then the last few one at a time
+    assert "for (; (row0 + 3 * (int)blockDim.y) < M; row0 += 4 * blockDim.y) {" in body
+    assert (
+        "const int row = row0 + step * blockDim.y;" in body and "for (; row0 < M; row0 += blockDim.y)" in body
+    )
+    assert body.count("acc += A[row * N + col] * x[row];") == 2
     assert "__syncthreads();" in body and "if (inside && threadIdx.y == 0) {" in body
     for candidate in candidates:
         assert compile_kernel(device_source(candidate.source), "gemv_transposed").ok
