@@ -27,6 +27,7 @@ from cuda_agent.agent.proposers.rewrites import (
     fuse_passes,
     inline_helper,
     look_back,
+    max_then_sum,
     promote,
     row_loop,
     shared_loop,
@@ -59,6 +60,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     row_loop.PROPOSER: (warp_per_output.PROPOSER,),
     # two passes made one leave a plain reduction, to split across lanes like any other
     fuse_passes.PROPOSER: (warp_per_output.PROPOSER, y_split.PROPOSER),
+    # an online softmax's pair as two plain reductions: split across lanes like the classic form
+    max_then_sum.PROPOSER: (warp_per_output.PROPOSER,),
     promote.PROPOSER: (warp_per_output.PROPOSER, contraction.PROPOSER, y_split.PROPOSER),
     # a helper's loop written out at its call is the kernel's own: every loop rewrite may take it
     inline_helper.PROPOSER: (
@@ -77,6 +80,7 @@ CHAINED = (
     promote.PROPOSER,
     inline_helper.PROPOSER,
     fuse_passes.PROPOSER,
+    max_then_sum.PROPOSER,
     warp_per_output.PROPOSER,
     shared_loop.PROPOSER,
     block_coarsen.PROPOSER,

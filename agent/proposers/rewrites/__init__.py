@@ -15,6 +15,7 @@ from cuda_agent.agent.proposers.rewrites import (
     fuse_passes,
     inline_helper,
     look_back,
+    max_then_sum,
     promote,
     row_loop,
     shared_loop,
@@ -42,6 +43,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     look_back.PROPOSER: look_back.propose,
     shared_loop.PROPOSER: shared_loop.propose,
     fuse_passes.PROPOSER: fuse_passes.propose,
+    max_then_sum.PROPOSER: max_then_sum.propose,
     block_coarsen.PROPOSER: block_coarsen.propose,
 }
 
