@@ -15,7 +15,7 @@ from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.proposers.rewrites import block_to_loop, vector_loop, warp_per_output
 from cuda_agent.sandbox.compile import compile_kernel
 
-from tests.test_rewrite_promote import outside, then
+from tests.test_rewrite_promote import chained, outside, then
 from tests.test_rewrite_warp_per_output import _target, body_of, needs_compiler, shown
 
 SPEC = """/* cuda-agent
@@ -222,8 +222,8 @@ def test_the_blocks_loop_split_across_warps_verifies_and_beats_the_originals_on_
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             (serial,) = block_to_loop.propose(target)
-            warps = warp_per_output.propose(then(target, serial))
-            vectors = [c for w in warps[:2] for c in vector_loop.propose(then(target, w))]
+            warps = chained(target, serial, warp_per_output.PROPOSER)
+            vectors = [c for w in warps[:2] for c in chained(target, w, vector_loop.PROPOSER)]
             results = engine.evaluate(baseline, [serial, *warps, *vectors])
             seen = shown(baseline.target, results)
             assert results and all(r.verified for r in results), seen

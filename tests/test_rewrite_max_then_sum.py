@@ -15,7 +15,7 @@ from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.sandbox.compile import compile_kernel
 
 from tests.test_idioms import _target, needs_compiler
-from tests.test_rewrite_promote import outside, then
+from tests.test_rewrite_promote import chained, outside
 from tests.test_rewrite_warp_per_output import BRANCHED_ONLINE, ROW_SPEC, body_of
 
 FRESH_MAXIMUM = (
@@ -42,9 +42,9 @@ def split(target: KernelTarget) -> str:
     """The rewrite's body, after checking that it and its chain (lanes, then vectors) compile."""
     (candidate,) = max_then_sum.propose(target)
     assert any("final maximum" in a for a in candidate.assumptions)
-    warps = warp_per_output.propose(then(target, candidate))
+    warps = chained(target, candidate, warp_per_output.PROPOSER)
     assert warps, "the two plain passes were not split across lanes"
-    vectors = vector_loop.propose(then(target, warps[0]))
+    vectors = chained(target, warps[0], vector_loop.PROPOSER)
     for c in (candidate, *warps[:2], *vectors):
         result = compile_kernel(device_source(c.source), target.kernel.name, flags=c.flags)
         assert result.ok, [d.message for d in result.diagnostics]
@@ -105,8 +105,8 @@ def test_two_passes_split_across_lanes_verify_and_beat_the_originals_on_the_gpu(
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             (candidate,) = max_then_sum.propose(target)
-            warps = warp_per_output.propose(then(target, candidate))[:2]
-            vectors = [v for w in warps for v in vector_loop.propose(then(target, w))]
+            warps = chained(target, candidate, warp_per_output.PROPOSER)[:2]
+            vectors = [v for w in warps for v in chained(target, w, vector_loop.PROPOSER)]
             results = engine.evaluate(baseline, [candidate, *warps, *vectors])
             seen = shown(baseline.target, results)
             assert results and all(r.verified for r in results), seen

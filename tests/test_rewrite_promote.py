@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cuda_agent.agent import optimize, search
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import device_source
 from cuda_agent.agent.proposers.rewrites import contraction, promote, vector_loop, warp_per_output
@@ -29,6 +30,16 @@ def then(target: KernelTarget, candidate: Candidate) -> KernelTarget:
     found = load_targets(target.path, candidate.source).find(target.kernel.name)
     assert found is not None and found.spec is not None
     return found
+
+
+def chained(target: KernelTarget, base: Candidate, proposer: str) -> list[Candidate]:
+    """The proposer's candidates on `base`'s file, as the search chains them: each carries both changes,
+    and its file and its launch say how it runs (through optimize.PROPOSERS, which write each rewrite's
+    launch into its file; a bare rewrite's file keeps the original's launch, and a step on it that keeps
+    its file's launch would be timed with the original's grid)."""
+    base_target = then(target, base)
+    steps = optimize.PROPOSERS[proposer](base_target)
+    return [search.combine(base, step, base_target, target) for step in steps]
 
 
 @needs_compiler

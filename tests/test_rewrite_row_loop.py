@@ -15,7 +15,7 @@ from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.sandbox.compile import compile_kernel
 
 from tests.test_idioms import _target, needs_compiler
-from tests.test_rewrite_promote import outside, then
+from tests.test_rewrite_promote import chained, outside
 from tests.test_rewrite_warp_per_output import body_of
 
 # Token and position embeddings added, one thread an output element: the bound through a local, the
@@ -88,8 +88,8 @@ __global__ void bias_relu(const float* x, const float* bias, float* y, int rows)
 def chain(target: KernelTarget) -> tuple[Candidate, list[Candidate], list[Candidate]]:
     """The row loop, the warp splits of it and the vector loads of the first two; all compile cleanly."""
     (rows,) = row_loop.propose(target)
-    warps = warp_per_output.propose(then(target, rows))
-    vectors = [v for w in warps[:2] for v in vector_loop.propose(then(target, w))]
+    warps = chained(target, rows, warp_per_output.PROPOSER)
+    vectors = [v for w in warps[:2] for v in chained(target, w, vector_loop.PROPOSER)]
     for candidate in (rows, *warps, *vectors):
         result = compile_kernel(device_source(candidate.source), target.kernel.name, flags=candidate.flags)
         assert result.ok, [d.message for d in result.diagnostics]
