@@ -85,6 +85,36 @@ __global__ void bias_relu(const float* x, const float* bias, float* y, int rows)
 """
 
 
+# A bias with a GELU, the element count a parameter of its own and the row length another, `auto` index.
+COUNTED = """
+/* cuda-agent
+[sizes]
+batch = 8192
+width = 768
+[args]
+x     = { role = "input",  dtype = "float32", shape = ["batch", "width"] }
+bias  = { role = "input",  dtype = "float32", shape = ["width"] }
+y     = { role = "output", dtype = "float32", shape = ["batch", "width"] }
+width = { role = "scalar", dtype = "int32", value = "width" }
+total = { role = "scalar", dtype = "int32", value = "batch * width" }
+[launch]
+block = [128]
+grid = ["ceil_div(batch * width, block.x)"]
+[verify]
+sizes = [{ batch = 5, width = 77 }]
+*/
+__global__ void bias_gelu(const float* x, const float* bias, float* y, int width, int total)
+{
+    int id = blockDim.x * blockIdx.x + threadIdx.x;
+    if (id < total) {
+        int bias_id = id % width;
+        float v = x[id] + bias[bias_id];
+        y[id] = 0.5f * v * (1.0f + erff(v * 0.70710678f));
+    }
+}
+"""
+
+
 def chain(target: KernelTarget) -> tuple[Candidate, list[Candidate], list[Candidate]]:
     """The row loop, the warp splits of it and the vector loads of the first two; all compile cleanly."""
     (rows,) = row_loop.propose(target)
@@ -145,6 +175,21 @@ def test_an_inner_axis_taken_apart_by_chained_divisions() -> None:
     assert warps
 
 
+@needs_compiler
+def test_a_count_of_its_own_is_taken_as_whole_rows_where_the_spec_says_so() -> None:
+    target = _target(COUNTED, "bias_gelu")
+    rows, warps, vectors = chain(target)
+    body = body_of(rows, "bias_gelu")
+    assert "if (row < total / width) {" in body  # the remainder's name is the column's
+    assert "for (int bias_id = 0; bias_id < width; ++bias_id) {" in body
+    assert rows.launch is not None and rows.launch.grid == ("ceil_div((batch * width) // width, block.x)",)
+    assert any("total is a whole number of rows of width" in a for a in rows.assumptions)
+    assert warps and vectors
+    # a verify size where the count is not whole rows: the rows would miss its last elements
+    partial = COUNTED.replace('value = "batch * width"', 'value = "batch * width - (batch % 2)"')
+    assert row_loop.propose(_target(partial, "bias_gelu")) == []
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -188,7 +233,8 @@ def test_row_loops_split_across_lanes_verify_and_beat_the_originals_on_the_gpu()
     from tests.test_rewrite_warp_per_output import shown
 
     with Engine(EngineSettings(use_cache=False, input_sets=3)) as engine:
-        for target in (outside("index_select_rows"), _target(EMBED, "embed_add"), _target(BIAS, "bias_relu")):
+        kernels = [(EMBED, "embed_add"), (BIAS, "bias_relu"), (COUNTED, "bias_gelu")]
+        for target in (outside("index_select_rows"), *(_target(k, name) for k, name in kernels)):
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             rows, warps, vectors = chain(target)

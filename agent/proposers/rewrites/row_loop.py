@@ -17,9 +17,11 @@ lanes (neighbouring lanes at neighbouring columns again) and `rewrite:vector-loo
 search chains them.
 
 Offered where the block and grid are 1-D, the kernel's index is the global x index, bounded by a
-multiple of `D` (`if (i >= n * D) return;`, `if (i < B * T * C) { ... }`), every division and remainder
-of it is by a multiple of one `D`, and the work after the bounds check has no return, no jump out of
-it, no barrier, no shared memory, no warp-level operation and no other read of the thread's identity.
+multiple of `D` (`if (i >= n * D) return;`, `if (i < B * T * C) { ... }`; or by a count of its own,
+`if (i < total)`, that is one at every size the spec runs, an assumption the candidate states), every
+division and remainder of it is by a multiple of one `D`, and the work after the bounds check has no
+return, no jump out of it, no barrier, no shared memory, no warp-level operation and no other read of the
+thread's identity.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from cuda_agent.agent.proposers.tree import (
 )
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
+from cuda_agent.agent.spec.model import SpecResolveError
+from cuda_agent.agent.spec.resolve import complete_sizes
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -132,13 +136,19 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
     _check_work(tree, facts, work, index.name)
     values = _values_before(tree, body[: body.index(index.declaration)])
     split = _split(tree, values, work, index, body[: body.index(index.declaration)])
-    rows = exact_quotient(guard.bounds[0].bound, split.columns)
-    if rows is None or "⟨" in rows.text():
-        raise _Unsupported("the bound is not a whole number of rows")
-    rows_kernel, rows_spec = bound_terms(tree, rows)
-    bound_text = guard.bounds[0].bound_text
-    if bound_text.isidentifier() and bound_text not in {p.name for p in tree.target.kernel.parameters}:
-        rows_kernel = f"{bound_text} / {split.columns_text}"  # `int N = B * T * C;` stays read
+    bound, bound_text = guard.bounds[0].bound, guard.bounds[0].bound_text
+    rows = exact_quotient(bound, split.columns)
+    assumptions: tuple[str, ...] = ()
+    if rows is not None and "⟨" not in rows.text():
+        rows_kernel, rows_spec = bound_terms(tree, rows)
+        if bound_text.isidentifier() and bound_text not in {p.name for p in tree.target.kernel.parameters}:
+            rows_kernel = f"{bound_text} / {split.columns_text}"  # `int N = B * T * C;` stays read
+    else:  # a count of its own (`if (i < total)`): whole rows wherever the spec runs the kernel
+        rows_kernel, rows_spec = _rows_by_sizes(tree, bound, bound_text, split)
+        assumptions = (
+            f"{bound_text} is a whole number of rows of {split.columns_text}, as at every size the spec "
+            "runs the kernel",
+        )
     _check_coverage(tree, launch, bound_text, rows_spec, split)
     layout = _Layout(index, guard.statement, guard.early_return, staying, work)
     text, hoisted = _body(tree, layout, split, rows_kernel)
@@ -152,6 +162,7 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
             f"instead of a thread an element taking {split.index} apart"
         ),
         proposer=PROPOSER,
+        assumptions=assumptions,
     )
 
 
@@ -277,6 +288,23 @@ def _in_scope(tree: KernelTree, node: Node, form: Form, before: list[Node]) -> s
     if "⟨" in text:
         raise _Unsupported("a divisor the loop cannot spell")
     return text
+
+
+def _rows_by_sizes(tree: KernelTree, bound: Form, bound_text: str, split: _Split) -> tuple[str, str]:
+    """(rows in the kernel's terms, in the spec's) for a bound that is not a multiple of D as a form but
+    is one at the benchmark's sizes and at every verify size."""
+    spec = tree.target.spec
+    assert spec is not None
+    elements, columns = bound_terms(tree, bound)[1], bound_terms(tree, split.columns)[1]
+    for overrides in ({}, *spec.verify_sizes):
+        try:
+            sizes = complete_sizes(spec, overrides)
+            whole = evaluate(columns, sizes) > 0 and evaluate(elements, sizes) % evaluate(columns, sizes) == 0
+        except (ExpressionError, SpecResolveError, ArithmeticError, TypeError) as exc:
+            raise _Unsupported(f"the bound is not known at every size: {exc}") from exc
+        if not whole:
+            raise _Unsupported("the bound is not a whole number of rows")
+    return f"{as_factor(bound_text)} / {split.columns_text}", f"{as_factor(elements)} // {as_factor(columns)}"
 
 
 def _check_coverage(tree: KernelTree, launch: LaunchSpec, bound: str, rows: str, split: _Split) -> None:
