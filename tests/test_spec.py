@@ -23,6 +23,7 @@ from cuda_agent.agent.spec import (
     canonical_dtype,
     complete_sizes,
     parse_expression,
+    parse_real_expression,
     parse_specs,
     render_spec,
     resolve,
@@ -585,6 +586,13 @@ def test_safe_expressions_refuse(text: str, message: str):
         parse_expression(text, ["n"]).evaluate({"n": 3})
 
 
+def test_bitwise_operators_round_sizes_up_as_host_code_does():
+    assert parse_expression("(V + 63) & ~63", ["V"]).evaluate({"V": 50257}) == 50304
+    assert parse_expression("(n | 1) ^ 2", ["n"]).evaluate({"n": 8}) == 11
+    with pytest.raises(ExpressionError, match="bitwise operations take integers"):
+        parse_real_expression("x & 1", ["x"]).evaluate_real({"x": 1.5})
+
+
 def test_expression_functions_block_and_errors_at_evaluation():
     expression = parse_expression(
         " ceil_div(n, block.x) + max(n, 2, 7) - cdiv(-7, 2) % 5", ["n"], allow_block=True
@@ -605,7 +613,9 @@ def integer_expressions(draw: st.DrawFn, depth: int = 3) -> str:
         return draw(st.sampled_from(["a", "b", str(draw(_small))]))
     if draw(st.integers(0, 5)) == 0:
         return f"-({draw(integer_expressions(depth - 1))})"
-    operator = draw(st.sampled_from(["+", "-", "*", "//", "%", "**", "<<", ">>"]))
+    if draw(st.integers(0, 9)) == 0:
+        return f"~({draw(integer_expressions(depth - 1))})"
+    operator = draw(st.sampled_from(["+", "-", "*", "//", "%", "**", "<<", ">>", "&", "|", "^"]))
     left, right = draw(integer_expressions(depth - 1)), draw(integer_expressions(depth - 1))
     if operator in ("**", "<<"):
         # A literal right side keeps the reference (Python itself) from computing 50 ** 50 ** 50 forever;

@@ -297,3 +297,51 @@ def test_a_rewrites_launch_leaves_a_programs_own_loop_over_blocks_as_written(tmp
     written = write_launch(target, replace(target.spec.launch, block=(256,)))
     assert "shift<<<blocks, threads>>>" in written.text  # the program still tries its blocks
     assert any("tries several blocks itself (64, 128)" in note for note in written.notes), written.notes
+
+
+HEADS = """\
+#include <cuda_runtime.h>
+
+__global__ void split_heads(const float* qkv, float* q, int B, int T, int NH, int HS) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * NH * T * HS) return;
+    int d = idx % HS, t = (idx / HS) % T, h = (idx / (HS * T)) % NH, b = idx / (HS * T * NH);
+    q[idx] = qkv[(b * T + t) * 3 * NH * HS + h * HS + d];
+}
+
+__global__ void pad_rows(const float* logits, float* padded, int rows, int V, int Vp) {
+    int r = blockIdx.x;
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) padded[r * Vp + v] = v < V ? logits[r * V + v] : 0.0f;
+}
+
+void attention_prep(const float* qkv, float* q, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    int threads = 256;
+    split_heads<<<(B * T * C + threads - 1) / threads, threads>>>(qkv, q, B, T, NH, hs);
+}
+
+int main() {
+    int B = 4, T = 256, C = 768, NH = 12, V = 50257;
+    int Vp = (V + 63) & ~63;
+    float *qkv, *q, *logits, *padded;
+    cudaMalloc(&qkv, B * T * 3 * C * sizeof(float));
+    cudaMalloc(&q, B * T * C * sizeof(float));
+    cudaMalloc(&logits, B * T * V * sizeof(float));
+    cudaMalloc(&padded, B * T * Vp * sizeof(float));
+    attention_prep(qkv, q, B, T, C, NH);
+    pad_rows<<<B * T, 256>>>(logits, padded, B * T, V, Vp);
+    return 0;
+}
+"""
+
+
+def test_a_size_derived_from_earlier_ones_and_a_size_rounded_up_with_bitwise_operators() -> None:
+    # the head size C / NH is read with NH already a size; the padded vocabulary (V + 63) & ~63
+    heads, note = inferred(HEADS, "split_heads")
+    assert heads is not None, note
+    assert heads.sizes == {"B": 4, "T": 256, "NH": 12, "HS": 64}
+    padded, note = inferred(HEADS, "pad_rows")
+    assert padded is not None, note
+    assert padded.sizes == {"rows": 1024, "V": 50257, "Vp": 50304}
+    (extent,) = args(padded)["padded"][2]
+    assert extent.endswith("* Vp")  # the buffer follows the padded size

@@ -45,6 +45,10 @@ _BINARY_OPERATORS: dict[type[ast.operator], str] = {
     ast.Pow: "**",
     ast.LShift: "<<",
     ast.RShift: ">>",
+    # integers only: host code rounds sizes up with them (`(V + 63) & ~63`)
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
 }
 # Names a user may mean when writing CUDA habits into a spec.
 _CUDA_HINTS = {
@@ -305,14 +309,14 @@ class _Checker(ast.NodeVisitor):
                 raise self.fail(node, "'/' is not allowed: use // for integer division or ceil_div(a, b)")
             raise self.fail(node, f"{self.why}: use // for integer division or ceil_div(a, b), not /")
         if type(node.op) not in _BINARY_OPERATORS and not isinstance(node.op, ast.Div):
-            operators = "+ - * / // % ** << >>" if self.real else "+ - * // % ** << >>"
+            operators = "+ - * / // % ** << >> & | ^" if self.real else "+ - * // % ** << >> & | ^"
             raise self.fail(node, f"only {operators} are allowed")
         self.visit(node.left)
         self.visit(node.right)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
-        if not isinstance(node.op, (ast.USub, ast.UAdd)):
-            raise self.fail(node, "only unary - and + are allowed")
+        if not isinstance(node.op, (ast.USub, ast.UAdd, ast.Invert)):
+            raise self.fail(node, "only unary -, + and ~ are allowed")
         self.visit(node.operand)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -396,6 +400,10 @@ class _Evaluator:
             raise self.fail(node, f"no value for '{name}'")
         if isinstance(node, ast.UnaryOp):
             operand = self.visit(node.operand)
+            if isinstance(node.op, ast.Invert):
+                if not isinstance(operand, int):
+                    raise self.fail(node, f"~ takes an integer{self.within(node)}")
+                return ~operand
             return -operand if isinstance(node.op, ast.USub) else operand
         if isinstance(node, ast.BinOp):
             return self.bounded(node, self.binary(node, self.visit(node.left), self.visit(node.right)))
@@ -443,10 +451,13 @@ class _Evaluator:
             return left // right if isinstance(node.op, ast.FloorDiv) else left % right
         if isinstance(node.op, ast.Pow):
             return self.power(node, left, right, integers)
-        # Shifts.
+        # Shifts and bitwise operations.
         if not integers:
-            raise self.fail(node, f"shifts take integers{self.within(node)}")
+            raise self.fail(node, f"shifts and bitwise operations take integers{self.within(node)}")
         assert isinstance(left, int) and isinstance(right, int)
+        bitwise = {ast.BitAnd: int.__and__, ast.BitOr: int.__or__, ast.BitXor: int.__xor__}
+        if type(node.op) in bitwise:
+            return bitwise[type(node.op)](left, right)
         if right < 0:
             raise self.fail(node, f"negative shift count{self.within(node)}")
         if isinstance(node.op, ast.RShift):

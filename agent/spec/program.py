@@ -646,15 +646,13 @@ class _Translation:
             return self.field(node, scope)
         if kind == "binary_expression":
             operator = _text_of(node, "operator", self.file)
-            spelled = {"+": "+", "-": "-", "*": "*", "/": "//", "%": "%", "<<": "<<", ">>": ">>"}.get(
-                operator
-            )
+            spelled = _OPERATORS.get(operator)
             if spelled is None:
                 raise NotFollowed(f"the operator {operator} in {text!r}")
             left = self.expression(node.child_by_field_name("left"), scope)  # type: ignore[arg-type]
             right = self.expression(node.child_by_field_name("right"), scope)  # type: ignore[arg-type]
             return f"{left} {spelled} {right}"
-        if kind == "unary_expression" and _text_of(node, "operator", self.file) in ("-", "+"):
+        if kind == "unary_expression" and _text_of(node, "operator", self.file) in ("-", "+", "~"):
             operand = self.expression(node.child_by_field_name("argument"), scope)  # type: ignore[arg-type]
             return f"{_text_of(node, 'operator', self.file)}{operand}"
         if kind == "conditional_expression":
@@ -813,6 +811,11 @@ class _Translation:
                 return known[text]
             raise NotFollowed(f"sizeof({text or self.file.text(node)})")
         return DTYPE_BYTES[dtype]
+
+
+# C's integer operators in the spec's spelling; the bitwise ones round sizes up (`(V + 63) & ~63`).
+_OPERATORS = {"+": "+", "-": "-", "*": "*", "/": "//", "%": "%", "<<": "<<", ">>": ">>", "&": "&", "|": "|"}
+_OPERATORS["^"] = "^"
 
 
 def _integer(text: str) -> int:
@@ -989,7 +992,7 @@ def read_launch(
             continue
         size = size_name_for(parameter.name, taken)
         try:
-            value = _value(translation.expression(argument, scope))
+            value = _value(translation.expression(argument, scope), sizes)  # `d = C / NH`: NH a size already
         except NotFollowed as exc:
             if not partial:
                 raise
@@ -1150,7 +1153,7 @@ class _Arithmetic:
                 raise NotFollowed(f"{text} has no value the program states")
             value, is_float = self.value(definition.value, definition.scope)
             return value, is_float or definition.c_type in _FLOAT_TYPES
-        if kind == "unary_expression" and _text_of(node, "operator", self.file) in ("-", "+"):
+        if kind == "unary_expression" and _text_of(node, "operator", self.file) in ("-", "+", "~"):
             value, is_float = self.value(node.child_by_field_name("argument"), scope)  # type: ignore[arg-type]
             return (-value if _text_of(node, "operator", self.file) == "-" else value), is_float
         if kind == "binary_expression":
