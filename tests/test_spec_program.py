@@ -345,3 +345,50 @@ def test_a_size_derived_from_earlier_ones_and_a_size_rounded_up_with_bitwise_ope
     assert padded.sizes == {"rows": 1024, "V": 50257, "Vp": 50304}
     (extent,) = args(padded)["padded"][2]
     assert extent.endswith("* Vp")  # the buffer follows the padded size
+
+
+PARTIALS = """\
+#include <cuda_runtime.h>
+int sm_count = 0;  // set from the device's properties at run time
+
+void setup() {
+    cudaDeviceProp props;
+    cudaGetDeviceProperties(&props, 0);
+    sm_count = props.multiProcessorCount;
+}
+
+__global__ void column_partials(const float* x, float* partials, int rows, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= 2 * C + 1) return;
+    float s = 0.0f;
+    for (int r = 0; r < rows; ++r) s += x[r * (2 * C + 1) + c];
+    partials[c] = s;
+}
+
+int main() {
+    setup();
+    int rows = 4096, C = 384;
+    float *x, *partials, *per_sm;
+    cudaMalloc(&x, rows * (2 * C + 1) * sizeof(float));
+    cudaMalloc(&partials, (2 * C + 1) * sizeof(float));
+    cudaMalloc(&per_sm, sm_count * (2 * C + 1) * sizeof(float));
+    column_partials<<<(2 * C + 1 + 255) / 256, 256>>>(x, partials, rows, C);
+    column_partials<<<sm_count, 256>>>(x, per_sm, rows, C);
+    return 0;
+}
+"""
+
+
+def test_an_allocation_keeps_its_factors_whole_and_a_global_set_at_run_time_has_no_value() -> None:
+    (kernel,) = [k for k in find_kernels(PARTIALS) if k.name == "column_partials"]
+    spec, note = infer_from_program(kernel, PARTIALS)
+    assert spec is not None, note
+    # `rows * (2 * C + 1) * sizeof(float)` is rows * (2 * C + 1) elements, not rows * 2 * C + 1
+    extents = {a.name: a.shape for a in spec.arguments if a.shape}
+    assert extents == {"x": ("rows * (2 * C + 1)",), "partials": ("2 * C + 1",)}
+    # alone, the launch whose grid is sm_count, which setup() assigns: the program does not state it
+    host = PARTIALS.replace(
+        "    column_partials<<<(2 * C + 1 + 255) / 256, 256>>>(x, partials, rows, C);\n", ""
+    )
+    spec, note = infer_from_program(kernel, host)
+    assert spec is None and "sm_count is a global the program sets at run time (line 7)" in note

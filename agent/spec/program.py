@@ -86,6 +86,7 @@ class ProgramHost:
         self._define_spans: dict[str, tuple[int, int]] = {}  # name -> its value's bytes, spaces trimmed
         self._defines: dict[str, _Definition] = {}
         self.constants: dict[str, _Definition] = {}
+        self._constant_global: dict[str, bool] = {}  # file-level variable -> declared const or constexpr
         self.typedefs: dict[str, str] = {}
         self.structs: dict[str, list[str]] = {}  # struct name -> its fields, in order
         self.functions: dict[str, Node] = {}
@@ -94,6 +95,7 @@ class ProgramHost:
         # the functions launching kernels and their callers. An edit elsewhere cannot change its answers.
         self.relevant: list[tuple[int, int]] = []
         self._scan(tree.root_node)
+        self._forget_set_at_run_time(tree.root_node)
         self.globals_digest = hashlib.blake2b(b"\0".join(self._globals), digest_size=16).digest()
         self._launches: dict[str, list[Node]] | None = None
         self._callers: dict[str, list[Node]] | None = None
@@ -216,8 +218,10 @@ class ProgramHost:
             if kind == "preproc_def":
                 self._define(child)
             elif kind == "declaration":
+                qualifiers = {self.text(c) for c in child.children if c.type == "type_qualifier"}
                 for name, value, line, c_type in _declared(child, self):
                     self.constants[name] = _Definition(("global", name), value, None, line, c_type=c_type)
+                    self._constant_global[name] = bool(qualifiers & {"const", "constexpr"})
                 self._dim3(child, self.constants, ("global",), None)
             elif kind == "type_definition":
                 self._typedef(child)
@@ -241,6 +245,35 @@ class ProgramHost:
                           "preproc_if", "preproc_ifdef", "preproc_else", "template_declaration"):  # fmt: skip
                 body = child.child_by_field_name("body")
                 pending.append(iter((body if body is not None else child).named_children))
+
+    def _forget_set_at_run_time(self, root: Node) -> None:
+        """A global that is not const and that a function assigns (`cuda_num_SMs = props.multiProcessorCount;`
+        in a setup function, `cudaGetDeviceCount(&devices)`) has no value the program states: its
+        initialiser is a placeholder. The assigning statements join `relevant`: the answer depends on them."""
+        variables = {
+            name
+            for name, definition in self.constants.items()
+            if definition.key == ("global", name) and not self._constant_global.get(name, False)
+        }
+        if not variables:
+            return
+        for node in walk(root):
+            target = None
+            if node.type == "assignment_expression" or node.type == "update_expression":
+                target = node.child_by_field_name(
+                    "left" if node.type == "assignment_expression" else "argument"
+                )
+            elif node.type == "pointer_expression" and self.text(node).startswith("&"):
+                target = node.child_by_field_name("argument")
+            if target is None or target.type != "identifier" or self.text(target) not in variables:
+                continue
+            if _enclosing_function(node, root) is None:
+                continue
+            name = self.text(target)
+            line = node.start_point[0] + 1
+            why = f"{name} is a global the program sets at run time (line {line})"
+            self.constants[name] = _Definition(("global", name), None, None, line, why=why)
+            self.relevant.append((node.start_byte, node.end_byte))
 
     def _struct(self, node: Node, name: str) -> None:
         """A struct's field names in declaration order (`MlpConfig cfg{4096, 11008}` sets them in order)."""
@@ -1253,7 +1286,8 @@ def _element_count(size: Node, scope: _Scope, translation: _Translation, element
     factors = _factors(node)
     sizeof = next((f for f in factors if f.type == "sizeof_expression"), None)
     if sizeof is not None and translation.sizeof(sizeof) == element_bytes:
-        rest = [translation.expression(f, current) for f in factors if f is not sizeof]
+        # each factor whole: `(2 * C + 1) * sizeof(float)` is not `2 * C + 1` elements
+        rest = [translation._atomic_expression(f, current) for f in factors if f is not sizeof]
         return " * ".join(rest) if rest else "1"
     total = translation.expression(node, current)
     return total if element_bytes == 1 else f"({total}) // {element_bytes}"
