@@ -392,3 +392,37 @@ def test_an_allocation_keeps_its_factors_whole_and_a_global_set_at_run_time_has_
     )
     spec, note = infer_from_program(kernel, host)
     assert spec is None and "sm_count is a global the program sets at run time (line 7)" in note
+
+
+DEDUCED = """\
+#include <cuda_fp16.h>
+template <typename Tin, typename Tout>
+__global__ void widen(const Tin* x, Tout* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (Tout)(float)x[i];
+}
+
+void convert(const __half* x, float* y, int n) {
+    widen<<<(n + 255) / 256, 256>>>(x, y, n);
+}
+
+int main() {
+    int n = 1 << 20;
+    __half* x;
+    float* y;
+    cudaMalloc(&x, n * sizeof(__half));
+    cudaMalloc(&y, n * sizeof(float));
+    convert(x, y, n);
+    return 0;
+}
+"""
+
+
+def test_template_types_the_launch_leaves_to_deduction_come_from_the_arguments_declared_types() -> None:
+    spec, note = inferred(DEDUCED, "widen")
+    assert spec is not None, note
+    assert {a.name: a.dtype for a in spec.arguments if a.shape} == {"x": "float16", "y": "float32"}
+    # two arguments deducing one parameter differently: it stays unknown
+    clash = DEDUCED.replace("Tout* y", "Tin* y").replace("(Tout)", "(Tin)").replace(", typename Tout", "")
+    spec, note = inferred(clash, "widen")
+    assert spec is None and "the launch does not say what Tin (the type of x) is" in note

@@ -1069,7 +1069,7 @@ def read_launch(
         block=block,
         grid=grid,
         shared_bytes=shared,
-        instantiate=_launch_instantiation(kernel, call, scope, file, translation.block),
+        instantiate=_launch_instantiation(kernel, call, scope, file, translation.block, template_types),
         where=f"the launch in {_chain(scope)} at line {call.start_point[0] + 1}{file.place}",
         origins=tuple(translation.origins),
         unknown=tuple(unknown),
@@ -1316,12 +1316,20 @@ def _launch_instantiation(
     scope: _Scope,
     file: ProgramHost,
     block: Mapping[tuple[object, ...], tuple[str, ...]] | None = None,
+    deduced: Mapping[str, str] | None = None,
 ) -> str | None:
     """`k<float, BLOCK><<<...>>>` with `#define BLOCK 256` -> "k<float, 256>"; a value argument that is
-    the launch's block (`k<kBlock><<<rows, kBlock>>>`) is written block.x, so tuning the block tunes it."""
+    the launch's block (`k<kBlock><<<rows, kBlock>>>`) is written block.x, so tuning the block tunes it.
+    Type arguments the launch leaves out come from `deduced` (see `_deduced_types`) where all of them do."""
     if not kernel.template_parameters:
         return None
     given = _template_arguments(call.child_by_field_name("function"))
+    trailing = kernel.template_parameters[len(given) :]
+    found = [(deduced or {}).get(p.name, p.name) for p in trailing]
+    if trailing and all(p.kind == "type" and t != p.name for p, t in zip(trailing, found, strict=True)):
+        explicit = _launch_instantiation(kernel, call, scope, file, block) if given else None
+        inner = explicit[explicit.index("<") + 1 : -1] + ", " if explicit else ""
+        return f"{kernel.qualified_name}<{inner}{', '.join(file.typedefs.get(t, t) for t in found)}>"
     if not given:
         return None
     values = []
@@ -1385,7 +1393,31 @@ def _template_types(kernel: Kernel, call: Node, file: ProgramHost) -> dict[str, 
         for parameter, argument in zip(kernel.template_parameters, given, strict=False):
             if parameter.kind == "type":
                 types[parameter.name] = _base_type(file.text(argument))
+        left = {p.name for p in kernel.template_parameters[len(given) :] if p.kind == "type"}
+        if left:
+            types |= _deduced_types(kernel, call, file, left)
     return types
+
+
+def _deduced_types(kernel: Kernel, call: Node, file: ProgramHost, left: set[str]) -> dict[str, str]:
+    """Type parameters the launch leaves to deduction (`k<<<grid, block>>>(dinp, ...)` for `template
+    <typename Tdinp> __global__ void k(Tdinp* dinp, ...)`): each from the declared type of a pointer
+    argument passed for a `T*` parameter (`floatX* dinp` in the launcher: Tdinp is floatX). A parameter
+    two arguments would deduce differently stays unknown."""
+    function = _enclosing_function(call, file.tree.root_node)
+    listed = call.child_by_field_name("arguments")
+    if function is None or listed is None:
+        return {}
+    scope = _Scope(file, function, call.start_byte, None)
+    arguments = [a for a in listed.named_children if a.type != "comment"]
+    found: dict[str, set[str]] = {}
+    for parameter, argument in zip(kernel.parameters, arguments, strict=False):
+        if parameter.type not in left or not parameter.is_pointer or argument.type != "identifier":
+            continue
+        definition = scope.lookup(file.text(argument))
+        if definition is not None and definition.c_type:
+            found.setdefault(parameter.type, set()).add(definition.c_type)
+    return {name: next(iter(kinds)) for name, kinds in found.items() if len(kinds) == 1}
 
 
 def spec_from_points(
@@ -1442,6 +1474,9 @@ def spec_from_points(
                 arguments.append(ArgumentSpec(name, "scalar", dtype, value=value))  # type: ignore[arg-type]
             continue
         shape = benchmark.shapes.get(name)
+        if shape is None and parameter.type in {t.name for t in kernel.template_parameters}:
+            why = f"{benchmark.where}: the launch does not say what {parameter.type} (the type of {name}) is"
+            return None, why
         if shape is None:
             return (
                 None,
