@@ -1,7 +1,10 @@
 """A bound the analysis found (a `Form` over the kernel's scalar parameters), written back out: in the
-kernel's terms for the rewritten body, and in the spec's terms for the rewrite's launch grid."""
+kernel's terms for the rewritten body, and in the spec's terms for the rewrite's launch grid; and the
+way back, a spec expression (a grid) as C in the kernel's parameters (`in_kernel_terms`)."""
 
 from __future__ import annotations
+
+import ast
 
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.proposers.tree import KernelTree, size_expression
@@ -99,3 +102,43 @@ def at_benchmark(tree: KernelTree, form: Form) -> int | None:
         return evaluate(bound_terms(tree, form)[1], spec.sizes)
     except (NotInSizes, ExpressionError, ArithmeticError):
         return None
+
+
+def in_kernel_terms(tree: KernelTree, expression: str) -> str:
+    """A spec expression (a grid) as C in the kernel's parameters, the way back from `bound_terms`:
+    `ceil_div(n, 256)` -> `((n + 256 - 1) / 256)`; NotInSizes where a name is no parameter's value."""
+    names: dict[str, str] = {}
+    for parameter in tree.target.kernel.parameters:
+        value = size_expression(tree, parameter.name) if not parameter.is_pointer else None
+        if value is not None and value[1:-1].isidentifier():
+            names.setdefault(value[1:-1], parameter.name)
+    try:
+        parsed = ast.parse(expression, mode="eval").body
+    except SyntaxError as exc:
+        raise NotInSizes(f"the grid {expression} does not parse") from exc
+    return _c(parsed, names)
+
+
+def _c(node: ast.expr, names: dict[str, str]) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return str(node.value)
+    if isinstance(node, ast.Name):
+        if node.id not in names:
+            raise NotInSizes(f"{node.id} is no parameter's value")
+        return names[node.id]
+    if isinstance(node, ast.BinOp):
+        operators = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
+        operators |= {ast.LShift: "<<", ast.RShift: ">>"}
+        operator = operators.get(type(node.op))
+        if operator is None:
+            raise NotInSizes("an operator the kernel cannot write")
+        return f"({_c(node.left, names)} {operator} {_c(node.right, names)})"
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("ceil_div", "cdiv")
+        and len(node.args) == 2
+    ):
+        a, b = (_c(arg, names) for arg in node.args)
+        return f"(({a} + {b} - 1) / {b})"
+    raise NotInSizes("a grid the kernel cannot write")

@@ -24,7 +24,6 @@ left the whole block's result (or only in its loop over the whole block, one slo
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.slot_tree import integer_value, run_steps
 from cuda_agent.agent.analysis.values import unwrap
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, in_kernel_terms
 from cuda_agent.agent.proposers.rewrites.shared_loop import is_thread_zero, thread_zero_names
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
@@ -46,7 +46,6 @@ from cuda_agent.agent.proposers.tree import (
     is_barrier,
     local_names,
     reindent,
-    size_expression,
     statements,
     subscript_parts,
     walk,
@@ -123,7 +122,10 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
     _check_first_phase(tree, first, shared, stores)
     combine = _combine(tree, facts, after, shared, threads, block)
     grid_spec = re.sub(r"\bblock\.x\b", str(block), launch.grid[0])
-    blocks = _in_kernel_terms(tree, grid_spec)
+    try:
+        blocks = in_kernel_terms(tree, grid_spec)
+    except NotInSizes as exc:
+        raise _Unsupported(str(exc)) from exc
     text = _body(tree, first, shared, stores, combine, threads, block, blocks)
     if combine.loop is not None:
         how = "one after another, in thread 0's loop"
@@ -506,42 +508,3 @@ def _fresh(tree: KernelTree, wanted: list[str]) -> list[str]:
 def _constant(tree: KernelTree, node: Node) -> int | None:
     """An integer literal or a numeric `#define` (also in simple arithmetic)."""
     return integer_value(unwrap(node), kernel_definitions(tree).constants)
-
-
-def _in_kernel_terms(tree: KernelTree, expression: str) -> str:
-    """The spec's grid as C in the kernel's parameters: `ceil_div(n, 256)` -> `(n + 256 - 1) / 256`."""
-    names: dict[str, str] = {}
-    for parameter in tree.target.kernel.parameters:
-        value = size_expression(tree, parameter.name) if not parameter.is_pointer else None
-        if value is not None and value[1:-1].isidentifier():
-            names.setdefault(value[1:-1], parameter.name)
-    try:
-        parsed = ast.parse(expression, mode="eval").body
-    except SyntaxError as exc:
-        raise _Unsupported(f"the grid {expression} does not parse") from exc
-    return _c(parsed, names)
-
-
-def _c(node: ast.expr, names: dict[str, str]) -> str:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return str(node.value)
-    if isinstance(node, ast.Name):
-        if node.id not in names:
-            raise _Unsupported(f"{node.id} is no parameter's value")
-        return names[node.id]
-    if isinstance(node, ast.BinOp):
-        operators = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
-        operators |= {ast.LShift: "<<", ast.RShift: ">>"}
-        operator = operators.get(type(node.op))
-        if operator is None:
-            raise _Unsupported("an operator the kernel cannot write")
-        return f"({_c(node.left, names)} {operator} {_c(node.right, names)})"
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("ceil_div", "cdiv")
-        and len(node.args) == 2
-    ):
-        a, b = (_c(arg, names) for arg in node.args)
-        return f"(({a} + {b} - 1) / {b})"
-    raise _Unsupported("a grid the kernel cannot write")
