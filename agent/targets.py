@@ -46,6 +46,7 @@ from cuda_agent.agent.spec.program import (
 )
 from cuda_agent.agent.spec.resolve import instantiation
 from cuda_agent.agent.spec.source import marker_offsets, markers_after_edit
+from cuda_agent.agent.spec.validate import split_template_arguments
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
 from tree_sitter import Tree
 
@@ -87,6 +88,22 @@ class KernelTarget:
         except SpecResolveError:  # that block breaks an argument (a division by zero): the compile says so
             expression = spec.instantiate
         return _qualified(expression, self.kernel)
+
+    def template_values(self) -> dict[str, str] | None:
+        """A template kernel's parameters as its spec instantiates it (`scale_rows<256, float>` for
+        `template <int D, typename T>`: {"D": "256", "T": "float"}; an argument the launch sets, `block.x`,
+        is `blockDim.x` in the kernel); None where the spec does not name them all."""
+        kernel, spec = self.kernel, self.spec
+        instantiate = spec.instantiate if spec is not None else None
+        if not kernel.template_parameters or instantiate is None or "<" not in instantiate:
+            return None
+        given = split_template_arguments(instantiate[instantiate.index("<") + 1 : instantiate.rindex(">")])
+        if len(given) != len(kernel.template_parameters):
+            return None
+        return {
+            p.name: re.sub(r"\bblock\.([xyz])\b", r"blockDim.\1", value.strip())
+            for p, value in zip(kernel.template_parameters, given, strict=True)
+        }
 
     @property
     def compilable(self) -> bool:

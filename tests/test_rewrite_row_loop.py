@@ -190,6 +190,51 @@ def test_a_count_of_its_own_is_taken_as_whole_rows_where_the_spec_says_so() -> N
     assert row_loop.propose(_target(partial, "bias_gelu")) == []
 
 
+# A template on the row length and the element type, instantiated by the spec, with a 64-bit index.
+TEMPLATED = """
+#include <cuda_fp16.h>
+/* cuda-agent
+instantiate = "scale_rows<256, __half>"
+[sizes]
+rows = 65536
+[args]
+x    = { role = "input",  dtype = "float16", shape = ["rows", 256] }
+gain = { role = "input",  dtype = "float16", shape = [256] }
+y    = { role = "output", dtype = "float16", shape = ["rows", 256] }
+rows = { role = "scalar", dtype = "int32", value = "rows" }
+[launch]
+block = [256]
+grid = ["ceil_div(rows * 256, block.x)"]
+[verify]
+sizes = [{ rows = 33 }]
+*/
+template <int D, typename T>
+__global__ void scale_rows(const T* __restrict__ x, const T* __restrict__ gain, T* __restrict__ y, int rows)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)rows * D) return;
+    const int c = i % D;
+    y[i] = __hmul(x[i], gain[c]);
+}
+"""
+
+
+@needs_compiler
+def test_a_template_is_analysed_as_its_spec_instantiates_it() -> None:
+    target = _target(TEMPLATED, "scale_rows")
+    (rows,) = row_loop.propose(target)
+    body = body_of(rows, "scale_rows")
+    assert "for (long long c = 0; c < D; ++c) {" in body  # the template's own D, 256 for the analysis
+    assert rows.launch is not None and rows.launch.grid == ("ceil_div(rows, block.x)",)
+    assert rows.source.count("template <int D, typename T>") == 1
+    warps = chained(target, rows, warp_per_output.PROPOSER)
+    vectors = chained(target, warps[0], vector_loop.PROPOSER)
+    assert vectors and "8 elements a step" in vectors[0].description
+    for candidate in (rows, warps[0], vectors[0]):
+        result = compile_kernel(device_source(candidate.source), "scale_rows<256, __half>")
+        assert result.ok, [d.message for d in result.diagnostics]
+
+
 @pytest.mark.parametrize(
     "change",
     [

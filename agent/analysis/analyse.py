@@ -57,7 +57,7 @@ def analysed(target: KernelTarget) -> tuple[KernelTree, KernelFacts] | None:
     key = (target.source, target.kernel.name, target.kernel.body_span.start_byte, where)
     found = _ANALYSED.get(key)
     if found is None:
-        tree = untemplated_kernel_tree(target)
+        tree = untemplated_kernel_tree(target, instantiated=True)
         facts = analyse(tree) if tree is not None else None
         if tree is None or facts is None:
             return None

@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from cuda_agent.agent.analysis.values import Definitions, definitions_of, file_definitions, text, unwrap
+from cuda_agent.agent.analysis.values import (
+    Definitions,
+    definitions_of,
+    expression_of,
+    file_definitions,
+    text,
+    unwrap,
+)
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.spec.headers import headers_stamp, local_headers
@@ -31,8 +38,25 @@ def kernel_definitions(tree: KernelTree) -> Definitions:
     """The kernel's file's definitions, and those of the project's own headers it includes (`#define NJ
     512` in gemm.cuh) in the branches the compile takes (see the module's note), the file's own winning."""
     data = tree.data
+    values = tree.target.template_values() or {}
     key = (str(tree.target.path), len(data), hash(data), headers_stamp(tree.target.path, data))
-    return _KERNEL_DEFINITIONS.get_or_make(key, lambda: _with_headers(tree))
+    key += (tuple(sorted(values.items())),)
+    return _KERNEL_DEFINITIONS.get_or_make(key, lambda: _with_template_values(_with_headers(tree), tree))
+
+
+def _with_template_values(definitions: Definitions, tree: KernelTree) -> Definitions:
+    """A template's value parameters as the spec instantiates it (`D` of `scale_rows<256>` is 256), like a
+    `#define` for the analysis; its type parameters are types, not values."""
+    values = tree.target.template_values()
+    if not values:
+        return definitions
+    kinds = {p.name: p.kind for p in tree.target.kernel.template_parameters}
+    constants = dict(definitions.constants)
+    for name, value in values.items():
+        node = expression_of(value) if kinds[name] == "value" else None
+        if node is not None:
+            constants[name] = node
+    return Definitions(constants, dict(definitions.inlines))
 
 
 def _with_headers(tree: KernelTree) -> Definitions:

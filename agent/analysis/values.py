@@ -67,13 +67,13 @@ def definitions_of(nodes: Iterable[Node]) -> Definitions:
     for node in nodes:
         if node.type == "preproc_def":
             name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
-            expression = _expression_of(text(value)) if value is not None else None
+            expression = expression_of(text(value)) if value is not None else None
             if name is not None and expression is not None:
                 found.constants[text(name)] = expression
         elif node.type == "preproc_function_def":
             name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
             parameters = node.child_by_field_name("parameters")
-            expression = _expression_of(text(value)) if value is not None else None
+            expression = expression_of(text(value)) if value is not None else None
             if name is not None and parameters is not None and expression is not None:
                 names = tuple(text(p) for p in parameters.named_children if p.type == "identifier")
                 found.inlines[text(name)] = Inline(names, expression)
@@ -93,7 +93,7 @@ def _preorder(root: Node) -> Iterator[Node]:
             stack.extend(reversed(node.children))
 
 
-def _expression_of(source: str) -> Node | None:
+def expression_of(source: str) -> Node | None:
     """The expression a macro's replacement text spells, parsed on its own."""
     tree = parse_cuda(f"long long __value = ({source.strip()});".encode())
     if tree.root_node.has_error:

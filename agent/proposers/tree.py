@@ -125,11 +125,14 @@ def kernel_tree(target: KernelTarget) -> KernelTree | None:
     return KernelTree(target, data, body.parent, body)
 
 
-def untemplated_kernel_tree(target: KernelTarget) -> KernelTree | None:
+def untemplated_kernel_tree(target: KernelTarget, instantiated: bool = False) -> KernelTree | None:
     """The kernel, for one an idiom can rewrite: parsed cleanly, not a template, with a spec, and the body
-    node exactly the kernel's body span (`kernel_tree` also takes templates)."""
+    node exactly the kernel's body span (`kernel_tree` also takes templates). `instantiated`: a template
+    too, where its spec's `instantiate` gives every template argument (`KernelTarget.template_values`)."""
     kernel = target.kernel
-    if target.spec is None or kernel.has_errors or kernel.template_parameters or kernel.template_arguments:
+    if target.spec is None or kernel.has_errors or kernel.template_arguments:
+        return None
+    if kernel.template_parameters and (not instantiated or target.template_values() is None):
         return None
     data = target.source.encode("utf-8")
     root = parse_cuda(data).root_node
