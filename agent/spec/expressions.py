@@ -453,7 +453,8 @@ class _Evaluator:
             return self.power(node, left, right, integers)
         # Shifts and bitwise operations.
         if not integers:
-            raise self.fail(node, f"shifts and bitwise operations take integers{self.within(node)}")
+            kind = "shifts" if isinstance(node.op, (ast.LShift, ast.RShift)) else "bitwise operations"
+            raise self.fail(node, f"{kind} take integers{self.within(node)}")
         assert isinstance(left, int) and isinstance(right, int)
         bitwise = {ast.BitAnd: int.__and__, ast.BitOr: int.__or__, ast.BitXor: int.__xor__}
         if type(node.op) in bitwise:
