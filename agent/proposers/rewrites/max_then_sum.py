@@ -18,7 +18,7 @@ at zero and the maximum is a float or double.
 
 from __future__ import annotations
 
-from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis import KernelFacts, analysed, declared_values
 from cuda_agent.agent.analysis.facts import LOGSUMEXP, Loop, Reduction
 from cuda_agent.agent.analysis.values import unwrap
 from cuda_agent.agent.candidates import Candidate
@@ -29,6 +29,7 @@ from cuda_agent.agent.proposers.tree import (
     build_candidate,
     declarator_name,
     identifiers,
+    identifiers_in,
     reindent,
     walk,
 )
@@ -66,7 +67,8 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, loop: Loop, pair: Reduction) 
     maximum = _MAXIMA.get(declared_type(tree, m) or "")
     if maximum is None:
         raise _Unsupported("the maximum is not a float or a double")
-    if _initial(tree, s) not in _ZEROS:
+    initial = declared_values(tree.body).get(s)
+    if initial is None or tree.text(initial).strip() not in _ZEROS:
         raise _Unsupported("the sum does not start at zero")
     kept, value = _body(tree, loop, pair)
     exp = pair.combiner
@@ -100,14 +102,6 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, loop: Loop, pair: Reduction) 
             "(rounding differs within the spec's tolerance)",
         ),
     )
-
-
-def _initial(tree: KernelTree, name: str) -> str | None:
-    for node in walk(tree.body):
-        if node.type == "init_declarator" and declarator_name(node) == name:
-            value = node.child_by_field_name("value")
-            return tree.text(value).strip() if value is not None else None
-    return None
 
 
 def _body(tree: KernelTree, loop: Loop, pair: Reduction) -> tuple[list[Node], str]:
@@ -147,7 +141,7 @@ def _body(tree: KernelTree, loop: Loop, pair: Reduction) -> tuple[list[Node], st
         raise _Unsupported("the maximum's updates take different values")
     (value,) = values
     assert value is not None
-    if set(_words(value)) & {m, s, *dropped}:
+    if identifiers_in(tree, value) & {m, s, *dropped}:
         raise _Unsupported("the value reads the pair")
     return kept, value
 
@@ -220,7 +214,3 @@ def _copy_of(tree: KernelTree, declaration: Node, m: str) -> bool:
     declarators = declaration.children_by_field_name("declarator")
     value = declarators[0].child_by_field_name("value") if len(declarators) == 1 else None
     return value is not None and tree.text(unwrap(value)) == m
-
-
-def _words(text: str) -> list[str]:
-    return "".join(c if c.isalnum() or c == "_" else " " for c in text).split()
