@@ -13,6 +13,7 @@ from cuda_agent.agent.proposers.rewrites import (
     coarsen,
     contraction,
     fuse_passes,
+    implicit_gemm,
     inline_helper,
     look_back,
     max_then_sum,
@@ -28,6 +29,7 @@ from cuda_agent.agent.targets import KernelTarget
 
 REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     contraction.PROPOSER: contraction.propose,
+    implicit_gemm.PROPOSER: implicit_gemm.propose,
     untile.PROPOSER: untile.propose,
     warp_per_output.PROPOSER: warp_per_output.propose,
     y_split.PROPOSER: y_split.propose,

@@ -23,7 +23,9 @@ def spelled(form: Form, names: dict[str, str]) -> str:
         if abs(coefficient) != 1 or not factors:
             factors.insert(0, str(abs(coefficient)))
         parts.append(("- " if coefficient < 0 else "+ ") + " * ".join(factors))
-    joined = " ".join(parts) or "0"
+    if not parts:
+        return "0"
+    joined = " ".join(parts)
     return joined[2:] if joined.startswith("+ ") else "-" + joined[2:]
 
 

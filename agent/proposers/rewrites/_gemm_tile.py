@@ -18,9 +18,12 @@ whatever the statements are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from cuda_agent.agent.proposers.tree import KernelTree, local_names
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.tree import KernelTree, build_candidate, local_names
+from cuda_agent.agent.spec import LaunchSpec
 
 THREADS = 256
 VECTOR_DEPTH = 8  # the k extent of `vector_tiles`' tiles: 4 KiB a side at 128 rows, one float4 a thread
@@ -104,6 +107,47 @@ def description(contraction: Contraction, shape: Shape) -> str:
         f"tiled contraction over {contraction.k}: {tile_m}x{tile_n}x{VECTOR_DEPTH} tiles{loads}, "
         f"{per_thread}, stored through shared memory{skipped}"
     )
+
+
+def gemm_candidates(
+    tree: KernelTree,
+    contraction: Contraction,
+    shapes: Sequence[Shape],
+    *,
+    proposer: str,
+    batch_grid: str | None,
+    summary: str = "",
+) -> list[Candidate]:
+    """A candidate for each shape: the kernel's body the shape's template, launched over the output's
+    tiles (and the batch on z, `batch_grid` in the spec's terms, where there is one)."""
+    names = template_names(tree, contraction)
+    found = []
+    for shape in shapes:
+        tile_m, tile_n = shape.tile
+        grid = [
+            f"ceil_div({contraction.cols_spec}, {tile_n})",
+            f"ceil_div({contraction.rows_spec}, {tile_m})",
+        ]
+        if batch_grid is not None:
+            grid.append(batch_grid)
+        template = vector_tiles if shape.vector else scalar_tiles
+        candidate = build_candidate(
+            tree,
+            body=template(names, contraction, shape),
+            launch=LaunchSpec(block=(THREADS,) + (1,) * (len(grid) - 1), grid=tuple(grid)),
+            description=summary + description(contraction, shape),
+            proposer=proposer,
+            assumptions=(
+                f"the float sum over {contraction.k} is regrouped into fused multiply-adds "
+                "(within tolerance)",
+            ),
+        )
+        if shape.flags:
+            candidate = replace(
+                candidate, flags=shape.flags, description=candidate.description + ", 128 registers"
+            )
+        found.append(candidate)
+    return found
 
 
 def template_names(tree: KernelTree, contraction: Contraction) -> dict[str, str]:

@@ -18,7 +18,7 @@ user's conditions, read at its corners, say no output reads the sum skips the lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
 from cuda_agent.agent.analysis.facts import SUM, Access, Loop, ThreadIndex
@@ -33,21 +33,16 @@ from cuda_agent.agent.proposers.rewrites._gemm_tile import (
     Contraction,
     Factor,
     Shape,
-    description,
-    scalar_tiles,
-    template_names,
-    vector_tiles,
+    gemm_candidates,
 )
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
-    build_candidate,
     identifiers_in,
     local_names,
     statements,
     strip_parens,
     walk,
 )
-from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
@@ -90,30 +85,8 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     if not _block_fits(target) or not all(_is_float(tree, p) for p in _arrays(facts)):
         return []
-    names = template_names(tree, match)
-    candidates = []
-    for shape in _shapes(target, match):
-        tile_m, tile_n = shape.tile
-        grid = [f"ceil_div({match.cols_spec}, {tile_n})", f"ceil_div({match.rows_spec}, {tile_m})"]
-        if match.batch:
-            grid.append(match.batch_spec or target.spec.launch.grid[2])
-        template = vector_tiles if shape.vector else scalar_tiles
-        candidate = build_candidate(
-            tree,
-            body=template(names, match, shape),
-            launch=LaunchSpec(block=(THREADS,) + (1,) * (len(grid) - 1), grid=tuple(grid)),
-            description=description(match, shape),
-            proposer=PROPOSER,
-            assumptions=(
-                f"the float sum over {match.k} is regrouped into fused multiply-adds (within tolerance)",
-            ),
-        )
-        if shape.flags:
-            candidate = replace(
-                candidate, flags=shape.flags, description=candidate.description + ", 128 registers"
-            )
-        candidates.append(candidate)
-    return candidates
+    batch_grid = (match.batch_spec or target.spec.launch.grid[2]) if match.batch else None
+    return gemm_candidates(tree, match, _shapes(target, match), proposer=PROPOSER, batch_grid=batch_grid)
 
 
 def _shapes(target: KernelTarget, match: Contraction) -> tuple[Shape, ...]:
@@ -557,14 +530,20 @@ def _epilogue(
     target: Node,
     in_memory: bool,
     placed: dict[str, str],
+    redeclared: frozenset[str] = frozenset(),
 ) -> _Epilogue:
     """The statements around the loop, re-run per output with the loop replaced by the finished sum: a
     sum into a local becomes that local's value; a sum into a memory element becomes one `+=` of the
     sum, after the statements that come before the loop (a `C *= beta` stays before it). `inside_placed`
-    is the same with the declarations of the locals in `placed` given those values (see `_placed_pieces`)."""
+    is the same with the declarations of the locals in `placed` given those values (see `_placed_pieces`).
+    The thread indices in `redeclared` are left out of `before`: the caller declares them anew."""
     guard = facts.guard
     assert guard is not None
-    index_declarations = {(i.declaration.start_byte, i.declaration.end_byte) for i in facts.indices if i.axis}
+    index_declarations = {
+        (i.declaration.start_byte, i.declaration.end_byte)
+        for i in facts.indices
+        if i.axis or i.name in redeclared
+    }
     top = statements(tree.body)
     position = next(n for n, s in enumerate(top) if s == guard.statement)
     if guard.early_return:
