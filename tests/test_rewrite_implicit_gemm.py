@@ -28,8 +28,11 @@ def _load(path: Path, text: str | None = None) -> KernelTarget:
     return target
 
 
+TRUST = ROOT / "tests" / "kernels" / "trust" / "conv2d_fp32.cu"
+
+
 def _all() -> list[KernelTarget]:
-    return [_load(CONV2D)] + [_load(p) for p in sorted(KERNELS.glob("*.cu"))]
+    return [_load(CONV2D), _load(TRUST)] + [_load(p) for p in sorted(KERNELS.glob("*.cu"))]
 
 
 def test_each_convolution_is_offered_a_gemm_whose_sides_follow_the_factors() -> None:
@@ -42,6 +45,9 @@ def test_each_convolution_is_offered_a_gemm_whose_sides_follow_the_factors() -> 
     assert "(k) the rows, (ow, oh) the columns" in sides["conv_forward"]
     assert "(co) the rows, (t) the columns" in sides["conv1d_forward"]
     assert "(pix) the rows, (oc) the columns" in sides["conv_nhwc"]
+    # flat indices taken apart: by a size of the kernel's (`N`, through `Wo = W - 2`), or by `total`
+    assert "(k) the rows, (ow, oh) the columns" in sides["conv2d_3x3"]
+    assert "(c_out) the rows, (w_out, h_out) the columns" in sides["conv2d_forward_kernel"]
     assert "one reduction of C * 3 * 3" in sides["conv2d_naive"]
 
 
@@ -69,12 +75,28 @@ def test_the_sum_keeps_where_it_starts_and_the_users_store() -> None:
 @needs_compiler
 def test_every_candidate_compiles_and_resolves_its_launch() -> None:
     for target in _all():
-        assert len(check(target, propose)) == 3
+        assert len(check(target, propose)) == 3, target.kernel.name
 
 
 def test_a_plain_single_loop_is_left_to_the_contraction_rewrite() -> None:
     naive = _load(ROOT / "bench" / "kernels" / "matmul_naive.cu")
     assert contraction.propose(naive) and not propose(naive)
+
+
+def test_a_flat_index_is_put_back_together_in_its_own_type() -> None:
+    """The user's statements read the flat index (`y[idx] = acc`): declared from the pieces, as a long."""
+    body = propose(_load(TRUST))[0].source.split("void conv2d_3x3(")[1]
+    assert "const long idx = (long)ow + (long)oh * (W - 2)" in body
+    flat = propose(_load(KERNELS / "conv_flat.cu"))[0]
+    assert flat.launch is not None and flat.launch.grid[2] == (
+        "((batch * out_channels * height * width)) // (height * out_channels * width)"
+    )
+
+
+def test_a_factor_reading_the_flat_index_itself_is_left_alone() -> None:
+    path = KERNELS / "conv_flat.cu"
+    text = path.read_text().replace("* weight[((c_out", "* weight[((index % out_channels")
+    assert not propose(_load(path, text))
 
 
 MIXED_GUARD = ("if (in_row >= 0", "if (in_row + k >= 0")

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
+from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
 from cuda_agent.agent.analysis.facts import Access, Loop, ThreadIndex
-from cuda_agent.agent.analysis.forms import Atoms, Form
+from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.values import Values, text, unwrap
 from cuda_agent.agent.candidates import Candidate
@@ -63,6 +63,9 @@ WIDE_SHAPES: tuple[Shape, ...] = (
     Shape(vector=True, quads_m=1, quads_n=1),
     Shape(vector=True, quads_m=2, quads_n=2, flags=("-maxrregcount=128",)),
 )
+
+
+_BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
 
 
 class _Unsupported(Exception):
@@ -105,12 +108,20 @@ class _Index:
     """One of the thread's indices: its extent (in kernel and spec terms), None for the batch."""
 
     name: str
-    axis: str  # "x", "y" or "z"
+    order: int  # within a GEMM index, lower orders vary faster
+    lane: str | None  # the builtin it moves with along a warp, where it is the x index's fastest part
     extent: tuple[str, str] | None  # None: blockIdx.z or its quotient, the batch kept on z
 
 
-def _indices(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Index], str | None]:
-    """The thread's indices with their extents, and the batch's extent in spec terms (or None)."""
+@dataclass(frozen=True)
+class _Indices:
+    found: list[_Index]
+    batch: str | None  # the batch's extent in spec terms
+    flat: tuple[str, str] | None = None  # a flat x index taken apart: (its name, its value from the pieces)
+
+
+def _indices(tree: KernelTree, facts: KernelFacts) -> _Indices:
+    """The thread's indices with their extents, the batch's extent, and a flat index's pieces."""
     guard = facts.guard
     assert guard is not None and tree.target.spec is not None
     launch = tree.target.spec.launch
@@ -118,23 +129,37 @@ def _indices(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Index], str | 
     found: list[_Index] = []
     quotient: Form | None = None  # blockIdx.z / E: E
     remainder: Form | None = None  # blockIdx.z % E: E
+    flat: tuple[str, str] | None = None
+    flat_batch: str | None = None
+    pieces: set[str] = set()
     for index in facts.indices:
-        if not index.direct:
-            continue  # a value of the others (`oy = pix / W`): written out where it is read
+        if index.name in pieces:
+            continue
         if index.axis in ("x", "y"):
             bound = guard.bound_of(index.name)
             if bound is None:
                 raise _Unsupported(f"{index.name} is not bounded")
-            found.append(_Index(index.name, index.axis, bound_terms(tree, bound.bound)))
+            lanes = {i.name: next(iter(i.form.atoms())) for i in facts.indices if len(i.form.atoms()) == 1}
+            taken = _flat_pieces(tree, index.name, bound.bound, values, lanes) if index.axis == "x" else None
+            if taken is not None:
+                found += taken[0]
+                flat = (index.name, taken[1])
+                pieces = {i.name for i in taken[0]}
+                flat_batch = taken[2]
+                continue
+            order, lane = (0, "threadIdx.x") if index.axis == "x" else (100, "threadIdx.y")
+            found.append(_Index(index.name, order, lane, bound_terms(tree, bound.bound)))
             continue
+        if not index.direct:
+            continue  # a value of the others (`oy = pix / W`): written out where it is read
         if index.form == Form.atom("blockIdx.z"):
-            found.append(_Index(index.name, "z", None))
+            found.append(_Index(index.name, 200, None, None))
             continue
         axis = next((a for a in "xy" if index.form == Form.atom(f"blockIdx.{a}")), None)
         if axis is not None and len(launch.grid) > "xy".index(axis):
             # a block per value (`co = blockIdx.y`): as many as the launch's grid has along that axis
             grid = launch.grid["xy".index(axis)]
-            found.append(_Index(index.name, "z", (as_factor(in_kernel_terms(tree, grid)), grid)))
+            found.append(_Index(index.name, 200, None, (as_factor(in_kernel_terms(tree, grid)), grid)))
             continue
         split = _split_z(index, values)
         if split is None:
@@ -142,25 +167,104 @@ def _indices(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Index], str | 
         operator, divisor = split
         if operator == "%":
             remainder = divisor
-            found.append(_Index(index.name, "z", bound_terms(tree, divisor)))
+            found.append(_Index(index.name, 200, None, bound_terms(tree, divisor)))
         else:
             quotient = divisor
-            found.append(_Index(index.name, "z", None))
+            found.append(_Index(index.name, 200, None, None))
     batches = [i for i in found if i.extent is None]
     if len(batches) > 1 or (quotient is not None and quotient != remainder):
         raise _Unsupported("blockIdx.z is not one batch and one remainder")
     if remainder is not None and quotient is None:
         raise _Unsupported("a remainder of blockIdx.z without its quotient")
+    if flat_batch is not None:
+        if len(batches) > 1 or len(launch.grid) > 1:
+            raise _Unsupported("a flat index's batch and another")
+        return _Indices(found, flat_batch, flat)
     if not batches:
         if len(launch.grid) > 2:
             raise _Unsupported("a z grid the indices do not read")
-        return found, None
+        return _Indices(found, None, flat)
     if len(launch.grid) < 3:
         raise _Unsupported("no z grid for the batch")
     batch = launch.grid[2]
     if quotient is not None:
         batch = f"({batch}) // {as_factor(bound_terms(tree, quotient)[1])}"
-    return found, batch
+    return _Indices(found, batch, flat)
+
+
+def _flat_pieces(
+    tree: KernelTree, index: str, bound: Form, values: Values, lanes: dict[str, str]
+) -> tuple[list[_Index], str, str | None] | None:
+    """A flat index taken apart into locals (`ow = idx % OW; oh = (idx / OW) % OH; n = idx / (OW * OH)`),
+    each piece's divisor the product of the moduli before it and the last one's extent what the bound
+    leaves (or, where that is no size, the batch on z): the pieces as indices, fastest first, the index's
+    value from them and the batch's extent in spec terms. None where the index is not taken apart so."""
+    found: dict[str, tuple[Form, Form | None]] = {}  # piece -> (divisor, modulus)
+    declared = declared_values(tree.body)
+    mutable = assigned_names(tree.body)
+    index_type = declared_type(tree, index)
+
+    def form(node: Node, depth: int = 0) -> Form:
+        """The node's form with the locals it reads (`Wo = W - 2`) written out as their values."""
+        found_form = values.form(node)
+        for atom in found_form.atoms():
+            if atom in declared and atom not in mutable and atom != index and depth < 8:
+                found_form = found_form.substitute(atom, form(declared[atom], depth + 1))
+        return found_form
+
+    for name, value in declared.items():
+        node = unwrap(value)
+        op = node.child_by_field_name("operator") if node.type == "binary_expression" else None
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if op is None or left is None or right is None:
+            continue
+        left = unwrap(left)
+        if op.type == "%" and text(left) == index:
+            found[name] = (Form.constant(1), form(right))
+        elif op.type == "/" and text(left) == index:
+            found[name] = (form(right), None)
+        elif op.type == "%" and left.type == "binary_expression":
+            inner_op = left.child_by_field_name("operator")
+            numerator, divisor = left.child_by_field_name("left"), left.child_by_field_name("right")
+            if (
+                inner_op is not None
+                and inner_op.type == "/"
+                and numerator is not None
+                and divisor is not None
+            ) and text(unwrap(numerator)) == index:
+                found[name] = (form(divisor), form(right))
+    if len(found) < 2:
+        return None
+    pieces: list[_Index] = []
+    terms: list[str] = []
+    step = Form.constant(1)
+    remaining = dict(found)
+    while remaining:
+        name = next((n for n, (divisor, _) in remaining.items() if divisor == step), None)
+        if name is None:
+            raise _Unsupported(f"the pieces of {index} do not follow each other")
+        modulus = remaining.pop(name)[1]
+        step_text = as_factor(bound_terms(tree, step)[0])
+        # in the index's own type (a `long` index over more than 2^31 outputs stays exact)
+        piece = name if index_type in ("int", None) else f"({index_type}){name}"
+        terms.append(piece if step == Form.constant(1) else f"{piece} * {step_text}")
+        # the fastest piece's loads move along a warp as its own (opaque) value does: `x[.. + w_out]`
+        lane = (lanes.get(name) or "threadIdx.x") if not pieces else None
+        if modulus is None and remaining:
+            raise _Unsupported(f"a piece of {index} is divided without a remainder before the last")
+        if modulus is None and exact_quotient(bound, step) is None:
+            # what the bound leaves is no size of the kernel's (`total`): the batch, on z, as many as the
+            # spec's value of the bound holds whole steps
+            batch = f"({bound_terms(tree, bound)[1]}) // ({bound_terms(tree, step)[1]})"
+            pieces.append(_Index(name, len(pieces), lane, None))
+            return pieces, " + ".join(terms), batch
+        extent = modulus if modulus is not None else exact_quotient(bound, step)
+        assert extent is not None
+        pieces.append(_Index(name, len(pieces), lane, bound_terms(tree, extent)))
+        step = step * extent
+    if step != bound:
+        raise _Unsupported(f"the pieces of {index} do not make up its bound")
+    return pieces, " + ".join(terms), None
 
 
 def _split_z(index: ThreadIndex, values: Values) -> tuple[str, Form] | None:
@@ -270,7 +374,8 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[Contraction, _Nest
         raise _Unsupported("no bounds check, or shared memory, barriers, atomics")
     if facts.thread_uses or facts.unmodelled:
         raise _Unsupported("no bounds check, or shared memory, barriers, atomics, builtins in the body")
-    indices, batch_spec = _indices(tree, facts)
+    taken = _indices(tree, facts)
+    indices, batch_spec = taken.found, taken.batch
     loops = _chain(facts)
     outer, innermost = loops[0], loops[-1]
     if outer.start.value() is None and outer.start != Form():
@@ -285,11 +390,14 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[Contraction, _Nest
 
     def reads(node: Node | _NegatedNode) -> set[str]:
         inner = node.inner if isinstance(node, _NegatedNode) else node
-        return expand.names(inner) & grouped
+        names = expand.names(inner)
+        if names & _BUILTINS:
+            raise _Unsupported("a factor or guard reads the thread's position otherwise than by its indices")
+        return names & grouped
 
     factors = contraction._factors(value)
     groups = _groups([reads(f) for f in factors], grouped)
-    x_index = next((i.name for i in indices if i.axis == "x"), None)
+    x_index = next((i.name for i in indices if i.order == 0), None)
     cols_group = next((g for g in groups if x_index in g), groups[1])
     rows_group = next(g for g in groups if g is not cols_group)
     row_factors = [f for f in factors if not reads(f) & cols_group]
@@ -317,7 +425,10 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[Contraction, _Nest
     a_k_fast = _fast_along_reduction(loads, row_factors, rows_side.lane, loops, default=True)
     b_k_fast = _fast_along_reduction(loads, col_factors, cols_side.lane, loops, default=False)
 
-    epilogue = contraction._epilogue(tree, facts, outer, target, in_memory, {}, redeclared=frozenset(own))
+    redeclared = own | ({taken.flat[0]} if taken.flat else set())
+    epilogue = contraction._epilogue(
+        tree, facts, outer, target, in_memory, {}, redeclared=frozenset(redeclared)
+    )
     declarations = [
         f"const {declared_type(tree, name) or 'int'} {name} = {value_at};"
         for name, value_at in (
@@ -326,6 +437,9 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[Contraction, _Nest
             *batch_at.items(),
         )
     ]
+    if taken.flat is not None:  # the flat index itself, from its pieces, for the statements that read it
+        name, value_at = taken.flat
+        declarations.append(f"const {declared_type(tree, name) or 'int'} {name} = {value_at};")
     before = "\n".join(declarations + ([epilogue.before] if epilogue.before else []))
     condition = contraction._condition(tree, guard.statement, guard.early_return)
     bounded = f"{place[0]} < {rows_side.extent} && {place[1]} < {cols_side.extent} && ({condition})"
@@ -415,13 +529,12 @@ class _Side:
 
 
 def _side(tree: KernelTree, indices: list[_Index]) -> _Side:
-    order = {"x": 0, "y": 1, "z": 2}
-    ordered = sorted(indices, key=lambda i: order[i.axis])
+    ordered = sorted(indices, key=lambda i: i.order)
     extents = [i.extent for i in ordered]
     assert all(e is not None for e in extents)
     kernel = tuple(as_factor(e[0]) for e in extents if e is not None)
     spec = " * ".join(as_factor(e[1]) for e in extents if e is not None)
-    lane = {"x": "threadIdx.x", "y": "threadIdx.y", "z": "blockIdx.z"}[ordered[0].axis]
+    lane = ordered[0].lane or "blockIdx.z"  # (no lane: no load is contiguous along it)
     return _Side(tuple(i.name for i in ordered), kernel, " * ".join(kernel), spec, lane)
 
 
