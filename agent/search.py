@@ -25,6 +25,7 @@ from cuda_agent.agent.proposers.rewrites import (
     block_to_loop,
     contraction,
     fuse_passes,
+    implicit_gemm,
     inline_helper,
     look_back,
     max_then_sum,
@@ -88,6 +89,9 @@ CHAINED = (
     row_loop.PROPOSER,
     look_back.PROPOSER,
 )
+# Rewrites whose kernels are written for their own block (the tiled GEMMs: 256 threads, each loading its
+# share of every tile): another block leaves parts of the tiles unloaded, so no launch tuning on top.
+OWN_BLOCK = frozenset({contraction.PROPOSER, implicit_gemm.PROPOSER})
 CHAINED_PER_PROPOSER = 2  # of each such proposer's candidates, how many get their follow-ups at once
 # A chain's follow-up that is itself chained gets its own follow-ups too (a helper written out, its two
 # passes fused, the pass split across lanes, its loads vectorised), this many steps deep at most.
@@ -159,6 +163,8 @@ def follow_ups(base: Candidate, helpful: set[str], available: Iterable[str]) -> 
     wanted = set(helpful) | {LAUNCH_CONFIG}
     for step in carried:
         wanted |= set(FOLLOW_UPS.get(step, ()))
+    if carried & OWN_BLOCK:
+        wanted.discard(LAUNCH_CONFIG)
     return [name for name in available if name in wanted and name not in carried]
 
 

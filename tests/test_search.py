@@ -244,6 +244,17 @@ def test_follow_ups() -> None:
     assert follow_ups(vector, {"vectorize", "restrict"}, names) == ["restrict", "launch-config"]
 
 
+def test_a_tiled_gemm_keeps_its_own_block() -> None:
+    """The GEMM templates load their tiles with 256 threads: another block would leave parts unloaded
+    (on the H100 every such combination was rejected as unwritten), so launch tuning is not run on them."""
+    conv = load_targets(ROOT / "bench" / "kernels" / "outside" / "conv2d.cu").find("conv2d_naive")
+    assert conv is not None
+    (gemm, *_) = PROPOSERS["rewrite:implicit-gemm"](conv)
+    names = list(PROPOSERS)
+    assert "launch-config" not in follow_ups(gemm, {"launch-config", "restrict"}, names)
+    assert "restrict" in follow_ups(gemm, {"launch-config", "restrict"}, names)
+
+
 def test_combine_keeps_the_base_launch_under_a_new_block() -> None:
     target = scale_add()
     [vector] = TRANSFORMS["vectorize"](target)
