@@ -5,5 +5,14 @@ threads of a warp. Rewrites (agent/proposers/rewrites/) are driven by these fact
 
 from cuda_agent.agent.analysis.analyse import analyse, analysed, assigned_names, declared_values
 from cuda_agent.agent.analysis.facts import KernelFacts
+from cuda_agent.agent.analysis.flat_index import FlatPiece, flat_pieces
 
-__all__ = ["KernelFacts", "analyse", "analysed", "assigned_names", "declared_values"]
+__all__ = [
+    "FlatPiece",
+    "KernelFacts",
+    "analyse",
+    "analysed",
+    "assigned_names",
+    "declared_values",
+    "flat_pieces",
+]

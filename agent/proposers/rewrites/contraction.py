@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
+from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values, flat_pieces
 from cuda_agent.agent.analysis.facts import SUM, Access, Loop, ThreadIndex
 from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
@@ -256,32 +256,16 @@ def _flat(tree: KernelTree, facts: KernelFacts) -> _FlatIndex | None:
     bound = guard.bound_of(index)
     if bound is None:
         return None
-    values = Values(Atoms(), kernel_definitions(tree), frozenset())
-    splits: list[tuple[str, str, Form, Form | None]] = []  # (name, kind, divisor, modulus)
-    for name, value in declared_values(tree.body).items():
-        node = unwrap(value)
-        op = node.child_by_field_name("operator") if node.type == "binary_expression" else None
-        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-        if op is None or left is None or right is None:
-            continue
-        left = unwrap(left)
-        if op.type == "%" and text(left) == index:
-            splits.append((name, "col", Form.constant(1), values.form(right)))
-        elif op.type == "%" and left.type == "binary_expression" and _divides(left, index):
-            divisor = left.child_by_field_name("right")
-            assert divisor is not None
-            splits.append((name, "row", values.form(divisor), values.form(right)))
-        elif op.type == "/" and text(left) == index:
-            splits.append((name, "row", values.form(right), None))
-    cols_found = [(n, m) for n, kind, _, m in splits if kind == "col"]
-    if len(cols_found) != 1 or cols_found[0][1] is None:
+    found = flat_pieces(tree.body, index, Values(Atoms(), kernel_definitions(tree), frozenset()))
+    cols_found = [p for p in found if p.divisor == Form.constant(1) and p.modulus is not None]
+    if len(cols_found) != 1:
         return None
-    col, cols = cols_found[0]
+    col, cols = cols_found[0].name, cols_found[0].modulus
     assert cols is not None
-    rows_found = [(n, m) for n, kind, d, m in splits if kind == "row" and d == cols]
+    rows_found = [p for p in found if p.name != col and p.divisor == cols]
     if len(rows_found) != 1:
         return None
-    row, rows = rows_found[0]
+    row, rows = rows_found[0].name, rows_found[0].modulus
     if rows is None:  # t = idx / T: the rows are what is left
         rows = exact_quotient(bound.bound, cols)
         extent = None
@@ -294,11 +278,11 @@ def _flat(tree: KernelTree, facts: KernelFacts) -> _FlatIndex | None:
         return None  # a quotient the index texts cannot spell
     z = f"blockIdx.z * {row_text} + " if extent is not None else ""
     at = (f"(({z}{{r}}) * {col_text})", f"(({z}0) * {col_text} + {{c}})" if z else "({c})")
-    pieces = [(n, d) for n, _, d, _ in splits if n not in (row, col)]
-    along_row = frozenset(n for n, d in pieces if exact_quotient(d, cols) is not None)
-    along_col = frozenset(n for n, d in pieces if exact_quotient(d, rows * cols) is not None)
+    pieces = [p for p in found if p.name not in (row, col)]
+    along_row = frozenset(p.name for p in pieces if exact_quotient(p.divisor, cols) is not None)
+    along_col = frozenset(p.name for p in pieces if exact_quotient(p.divisor, rows * cols) is not None)
     return _FlatIndex(
-        row, col, rows, cols, extent, index, at, z, along_row, along_col, frozenset(n for n, _ in pieces)
+        row, col, rows, cols, extent, index, at, z, along_row, along_col, frozenset(p.name for p in pieces)
     )
 
 
@@ -347,11 +331,6 @@ def _factor(
     vector_at = " * ".join(f"({expand.text(f, names, slots)})" for f in factors)
     addresses = tuple(f"&({expand.text(a.node, names)})" for a in contiguous)
     return Factor(at, k_fast, vector_at, addresses)
-
-
-def _divides(node: Node, index: str) -> bool:
-    op, left = node.child_by_field_name("operator"), node.child_by_field_name("left")
-    return op is not None and op.type == "/" and left is not None and text(unwrap(left)) == index
 
 
 _BUILTIN_ALIASES = [Form.atom(f"{b}.{a}") for b in ("blockIdx", "threadIdx") for a in "xy"]

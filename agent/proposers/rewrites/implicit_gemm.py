@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
+from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, flat_pieces
 from cuda_agent.agent.analysis.facts import Access, Loop, ThreadIndex
 from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
@@ -199,51 +199,20 @@ def _flat_pieces(
     each piece's divisor the product of the moduli before it and the last one's extent what the bound
     leaves (or, where that is no size, the batch on z): the pieces as indices, fastest first, the index's
     value from them and the batch's extent in spec terms. None where the index is not taken apart so."""
-    found: dict[str, tuple[Form, Form | None]] = {}  # piece -> (divisor, modulus)
-    declared = declared_values(tree.body)
-    mutable = assigned_names(tree.body)
-    index_type = declared_type(tree, index)
-
-    def form(node: Node, depth: int = 0) -> Form:
-        """The node's form with the locals it reads (`Wo = W - 2`) written out as their values."""
-        found_form = values.form(node)
-        for atom in found_form.atoms():
-            if atom in declared and atom not in mutable and atom != index and depth < 8:
-                found_form = found_form.substitute(atom, form(declared[atom], depth + 1))
-        return found_form
-
-    for name, value in declared.items():
-        node = unwrap(value)
-        op = node.child_by_field_name("operator") if node.type == "binary_expression" else None
-        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-        if op is None or left is None or right is None:
-            continue
-        left = unwrap(left)
-        if op.type == "%" and text(left) == index:
-            found[name] = (Form.constant(1), form(right))
-        elif op.type == "/" and text(left) == index:
-            found[name] = (form(right), None)
-        elif op.type == "%" and left.type == "binary_expression":
-            inner_op = left.child_by_field_name("operator")
-            numerator, divisor = left.child_by_field_name("left"), left.child_by_field_name("right")
-            if (
-                inner_op is not None
-                and inner_op.type == "/"
-                and numerator is not None
-                and divisor is not None
-            ) and text(unwrap(numerator)) == index:
-                found[name] = (form(divisor), form(right))
-    if len(found) < 2:
+    # the divisors with the locals they read written out (`Wo = W - 2`), to compare with the bound's sizes
+    remaining = flat_pieces(tree.body, index, values, through_locals=True)
+    if len(remaining) < 2:
         return None
+    index_type = declared_type(tree, index)
     pieces: list[_Index] = []
     terms: list[str] = []
     step = Form.constant(1)
-    remaining = dict(found)
     while remaining:
-        name = next((n for n, (divisor, _) in remaining.items() if divisor == step), None)
-        if name is None:
+        following = next((p for p in remaining if p.divisor == step), None)
+        if following is None:
             raise _Unsupported(f"the pieces of {index} do not follow each other")
-        modulus = remaining.pop(name)[1]
+        remaining.remove(following)
+        name, modulus = following.name, following.modulus
         step_text = as_factor(bound_terms(tree, step)[0])
         # in the index's own type (a `long` index over more than 2^31 outputs stays exact)
         piece = name if index_type in ("int", None) else f"({index_type}){name}"
