@@ -72,12 +72,31 @@ def test_the_shapes_that_won_on_the_h200_are_offered_first() -> None:
     assert offered[:2] == ["128x64x8", "128x128x8"] and len(offered) == 6
 
 
-@pytest.mark.parametrize(("name", "first"), [("syrk.cu", "64x64x8"), ("covariance.cu", "128x64x8")])
-def test_an_output_too_small_for_two_waves_of_tiles_gets_smaller_tiles_first(name: str, first: str) -> None:
-    # SYRK's 1024 x 1024 output is 128 tiles of 128x64: one wave on 132 SMs, one block each
+@pytest.mark.parametrize("name", ["syrk.cu", "covariance.cu"])
+def test_an_output_of_few_tiles_gets_smaller_tiles_and_split_sums_first(name: str) -> None:
+    # SYRK's 1024 x 1024 output is 128 tiles of 128x64: one wave on 132 SMs, one block each; the
+    # covariance's 2048 x 2048 is 512, but half of them lie below the diagonal and skip their loop
     target = load_targets(OUTSIDE / name).targets[0]
-    offered = [c.description.split(": ")[1].split(" tiles")[0] for c in propose(target)]
-    assert offered[0] == first and len(offered) == (7 if first == "64x64x8" else 6), offered
+    candidates = propose(target)
+    offered = [c.description.split(": ")[1].split(" tiles")[0] for c in candidates]
+    assert offered[:3] == ["64x64x8"] * 3 and len(offered) == 9, offered
+    blocks = [c.launch.block[0] for c in candidates if c.launch is not None]
+    assert blocks[:3] == [256, 512, 1024] and set(blocks[3:]) == {256}
+    assert "split between 2 groups of 256 threads" in candidates[1].description
+    assert candidates[2].flags == ("-maxrregcount=64",)  # 1024 threads: 64 registers each at most
+
+
+def test_a_large_output_gets_no_split_sums() -> None:
+    target = load_targets(ROOT / "bench" / "kernels" / "matmul_4k.cu").targets[0]
+    assert all(c.launch is not None and c.launch.block[0] == 256 for c in propose(target))
+
+
+def test_a_kernel_bounded_to_256_threads_gets_no_split_sums() -> None:
+    # the body is replaced, the signature kept: 512 threads would not launch under this bound
+    bounded = SYRK.replace("__global__ void syrk(", "__global__ void __launch_bounds__(256) syrk(")
+    assert bounded != SYRK
+    candidates = propose(_target(bounded, "syrk"))
+    assert candidates and all(c.launch is not None and c.launch.block[0] == 256 for c in candidates)
 
 
 @needs_compiler
@@ -231,8 +250,11 @@ def test_the_float4_kernel_loads_both_factors_along_memory() -> None:
         ("ceil_div(N, 256)", "ceil_div(M, 128)"),
         ("ceil_div(N, 64)", "ceil_div(M, 128)"),
         ("ceil_div(N, 64)", "ceil_div(M, 64)"),  # 1024 x 1024 outputs: the small tiles are offered too
+        ("ceil_div(N, 64)", "ceil_div(M, 64)"),  # and with the sum split between 2 and 4 groups
+        ("ceil_div(N, 64)", "ceil_div(M, 64)"),
     ]
-    assert [c.flags for c in candidates] == [("-maxrregcount=128",), (), (), ()]
+    capped = ("-maxrregcount=64",)
+    assert [c.flags for c in candidates] == [("-maxrregcount=128",), (), (), (), capped, capped]
     a, b = float4_paths(candidates[0])
     # A along k, four k of one row; B along the col, four cols of one k; each only in range and aligned
     assert a == "if (r < M && c + 3 < K && reinterpret_cast<unsigned long long>(&(A[r * K + c])) % 16 == 0) {"
@@ -418,7 +440,7 @@ def test_the_float4_kernels_match_the_oracles_at_odd_sizes_on_the_gpu() -> None:
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             candidates = vectorised(propose(target))
-            assert len(candidates) in (3, 4)  # with the 64x64 tiles where the output is small
+            assert len(candidates) in (3, 6)  # with the 64x64 tiles and split sums where it is small
             results = engine.evaluate(baseline, candidates)
             original = baseline.timing.median_ms if baseline.timing else float("nan")
             for r in results:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.tree import KernelTree, build_candidate, local_names
 from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.targets import KernelTarget
 
 THREADS = 256
 VECTOR_DEPTH = 8  # the k extent of `vector_tiles`' tiles: 4 KiB a side at 128 rows, one float4 a thread
@@ -40,10 +41,43 @@ class Shape:
     quads_m: int
     quads_n: int
     flags: tuple[str, ...] = ()
+    # `vector_tiles` only, 64-row tiles only: groups of THREADS threads a block, each summing every
+    # `splits`-th tile of k into its own registers, added up through shared memory before the epilogue.
+    # An output of few tiles (SYRK's 1024 x 1024, a convolution's 64 channels) then has as many warps an
+    # SM as a large one, without a second kernel or a buffer for partial sums.
+    splits: int = 1
+
+    def __post_init__(self) -> None:
+        if self.splits > 1 and not (self.vector and self.quads_m == 1):
+            raise ValueError("a split sum needs vector_tiles' 64-row tiles: its partials pass through staged")
 
     @property
     def tile(self) -> tuple[int, int]:
         return 64 * self.quads_m, 64 * self.quads_n
+
+    @property
+    def threads(self) -> int:
+        return THREADS * self.splits
+
+
+# 64x64 tiles with the sum split between 2 and 4 groups of threads (512 and 1024 threads a block, 64
+# registers a thread so that a 512-thread block fits twice an SM): for outputs of few tiles. On an H100
+# SYRK's 256 blocks of 64x64 kept a quarter of the warps an SM holds busy (ncu: 24% achieved occupancy),
+# conv2d's 392 filled 0.74 of a wave.
+SPLIT_TILES: tuple[Shape, ...] = (
+    Shape(vector=True, quads_m=1, quads_n=1, splits=2, flags=("-maxrregcount=64",)),
+    Shape(vector=True, quads_m=1, quads_n=1, splits=4, flags=("-maxrregcount=64",)),
+)
+
+
+def fitting(target: KernelTarget, shapes: Sequence[Shape]) -> tuple[Shape, ...]:
+    """The shapes whose blocks the kernel's own `__launch_bounds__` allows (its body is replaced, its
+    signature kept): none where the bound is no number."""
+    bounds = target.kernel.launch_bounds
+    first = bounds.split(",")[0].strip() if bounds else ""
+    if not first:
+        return tuple(shapes)
+    return tuple(s for s in shapes if first.isdigit() and int(first) >= s.threads)
 
 
 @dataclass(frozen=True)
@@ -103,10 +137,21 @@ def description(contraction: Contraction, shape: Shape) -> str:
         (False, True): ", float4 loads of the col factor where aligned",
     }.get(vectors, "")
     skipped = ", tiles no output reads skipped" if contraction.unread else ""
+    split = (
+        f", the sum over {contraction.k} split between {shape.splits} groups of {THREADS} threads a block"
+        if shape.splits > 1
+        else ""
+    )
     return (
         f"tiled contraction over {contraction.k}: {tile_m}x{tile_n}x{VECTOR_DEPTH} tiles{loads}, "
-        f"{per_thread}, stored through shared memory{skipped}"
+        f"{per_thread}{split}, stored through shared memory{skipped}"
     )
+
+
+def register_cap(shape: Shape) -> str:
+    """How the shape's flags cap the registers, for its description ("" where they do not)."""
+    caps = [f.split("=", 1)[1] for f in shape.flags if f.startswith("-maxrregcount=")]
+    return f", {caps[0]} registers" if caps else ""
 
 
 def gemm_candidates(
@@ -134,7 +179,7 @@ def gemm_candidates(
         candidate = build_candidate(
             tree,
             body=template(names, contraction, shape),
-            launch=LaunchSpec(block=(THREADS,) + (1,) * (len(grid) - 1), grid=tuple(grid)),
+            launch=LaunchSpec(block=(shape.threads,) + (1,) * (len(grid) - 1), grid=tuple(grid)),
             description=summary + description(contraction, shape),
             proposer=proposer,
             assumptions=(
@@ -144,7 +189,7 @@ def gemm_candidates(
         )
         if shape.flags:
             candidate = replace(
-                candidate, flags=shape.flags, description=candidate.description + ", 128 registers"
+                candidate, flags=shape.flags, description=candidate.description + register_cap(shape)
             )
         found.append(candidate)
     return found
@@ -324,7 +369,7 @@ class _Side:
 _VECTOR_LOCALS = (
     "BM", "BN", "BK", "smem", "tiles", "As", "Bs", "staged", "tid", "warp", "lane", "tx", "ty", "row0",
     "col0", "accum", "unread", "a_next", "b_next", "steps", "t", "buf", "kk", "a_frag", "b_frag", "i", "j",
-    "q", "v", "g", "part", "s", "f", "lr", "lc", "e", "w", "u", "r", "c", "k0",
+    "q", "v", "g", "part", "s", "f", "lr", "lc", "e", "w", "u", "r", "c", "k0", "group", "other",
 )  # fmt: skip
 
 
@@ -335,10 +380,20 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     i, j, q, s, accum, steps = n["i"], n["j"], n["q"], n["s"], n["accum"], n["steps"]
     tile_m, tile_n = shape.tile
     tiles, staged = f"{n['smem']}.{n['tiles']}", f"{n['smem']}.{n['staged']}"
+    splits, group = shape.splits, n["group"]
+    # each group of a split sum has its own tiles
+    own = f"[{group}]" if splits > 1 else ""
     sides = (
-        _Side(x.a, f"{tiles}.{n['As']}", n["a_next"], tile_m, n["row0"], x.rows, True),
-        _Side(x.b, f"{tiles}.{n['Bs']}", n["b_next"], tile_n, n["col0"], x.cols, False),
+        _Side(x.a, f"{tiles}.{n['As']}{own}", n["a_next"], tile_m, n["row0"], x.rows, True),
+        _Side(x.b, f"{tiles}.{n['Bs']}{own}", n["b_next"], tile_n, n["col0"], x.cols, False),
     )
+    # A split sum's group takes every `splits`-th tile of k; all groups run the same number of steps (the
+    # barriers are the block's), a group past the end loading zeros.
+    if splits > 1:
+        steps_value = f"(({x.depth} + {bk} - 1) / {bk} + {splits} - 1) / {splits}"
+        first_k0, next_k0 = f"{group} * {bk}", f"(({t} + 1) * {splits} + {group}) * {bk}"
+    else:
+        steps_value, first_k0, next_k0 = f"({x.depth} + {bk} - 1) / {bk}", "0", f"({t} + 1) * {bk}"
 
     def loads(k0: str, pad: str) -> str:
         return "\n".join(_load(side, x.depth, k0, n, pad) for side in sides)
@@ -361,9 +416,9 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     loop = f"""\
     {{
         float {n["a_next"]}[{registers[0]}], {n["b_next"]}[{registers[1]}];
-        const int {steps} = ({x.depth} + {bk} - 1) / {bk};
+        const int {steps} = {steps_value};
         {{
-            const int {n["k0"]} = 0;
+            const int {n["k0"]} = {first_k0};
 {loads(n["k0"], " " * 12)}
 {stores("0", " " * 12)}
         }}
@@ -371,7 +426,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
         for (int {t} = 0; {t} < {steps}; ++{t}) {{
             const int {buf} = {t} & 1;
             if ({t} + 1 < {steps}) {{  // the next tile's loads are in flight during the FMAs
-                const int {n["k0"]} = ({t} + 1) * {bk};
+                const int {n["k0"]} = {next_k0};
 {loads(n["k0"], " " * 16)}
             }}
             #pragma unroll
@@ -414,21 +469,81 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     quad = [f"{accum}[{n['e']}][4 * {q} + {step}]" for step in range(4)]
     staged_rows = 64 if 64 * (tile_n + 4) * 4 <= STAGED_BYTES else 32
     rows_of_quads = staged_rows // 16  # of a thread's 4 rows in a 64-row slab, those staged at once
-    return f"""{{
+    if splits > 1 and staged_rows != tile_m:
+        raise ValueError("a split sum's partials pass through staged: it must hold the whole tile")
+    groups = f"[{splits}]" if splits > 1 else ""
+    staged_at = f"{staged}[{j} * 16 + {n['ty']}][{q} * 64 + {n['tx']} * 4]"
+    staging = (
+        f"                    *reinterpret_cast<float4*>(&{staged_at}) =\n"
+        f"                        make_float4({', '.join(quad)});"
+    )
+    # A split sum's outputs are group 0's (the others' added into them); all its threads run the epilogue.
+    block, first, reduction = THREADS, n["tid"], ""
+    if splits > 1:
+        staging = f"                    if ({group} == 0)\n    " + staging.replace("\n", "\n    ")
+        block, first = splits * THREADS, "threadIdx.x"
+        mine = [f"{accum}[{j}][4 * {q} + {step}]" for step in range(4)]
+        added = "\n".join(
+            f"                    {mine[step]} += {n['v']}.{'xyzw'[step]};" for step in range(4)
+        )
+        reduction = f"""
+    // The groups' sums added into group 0's registers, one group at a time through shared memory (the
+    // last barrier of the loop, or none for a skipped tile, leaves the tiles free to overwrite).
+    for (int {n["other"]} = 1; {n["other"]} < {splits}; ++{n["other"]}) {{
+        if ({group} == {n["other"]}) {{
+            #pragma unroll
+            for (int {j} = 0; {j} < 4; ++{j})
+                #pragma unroll
+                for (int {q} = 0; {q} < {quads_n}; ++{q})
+                    *reinterpret_cast<float4*>(&{staged_at}) =
+                        make_float4({", ".join(mine)});
+        }}
+        __syncthreads();
+        if ({group} == 0) {{
+            #pragma unroll
+            for (int {j} = 0; {j} < 4; ++{j})
+                #pragma unroll
+                for (int {q} = 0; {q} < {quads_n}; ++{q}) {{
+                    const float4 {n["v"]} =
+                        *reinterpret_cast<const float4*>(&{staged_at});
+{added}
+                }}
+        }}
+        __syncthreads();
+    }}
+"""
+    if splits > 1:
+        opening = f"""\
+    // A tiled contraction over {x.k}: each block of {splits} x {THREADS} threads computes a {bm} x {bn} tile
+    // of the outputs; each group of {THREADS} sums one tile of {x.k} in {splits}, each of its threads
+    // {4 * quads_m} x {4 * quads_n} outputs in registers, as 4-wide quads 64 columns apart, and the groups'
+    // sums are added up before the epilogue: a small output keeps as many warps busy as a large one.
+    //"""
+        thread = f"""\
+    const int {n["tid"]} = threadIdx.x % {THREADS}, {group} = threadIdx.x / {THREADS};
+    const int {n["warp"]} = {n["tid"]} / 32, {n["lane"]} = {n["tid"]} % 32;"""
+    else:
+        opening = f"""\
     // A tiled contraction over {x.k}: each block of {THREADS} threads computes a {bm} x {bn} tile of the
     // outputs, each thread {4 * quads_m} x {4 * quads_n} of them in registers, as 4-wide quads 64 rows
-    // and 64 columns apart. The factors pass through shared memory in tiles of depth {bk}, both
+    // and 64 columns apart."""
+        thread = (
+            f"""    const int {n["tid"]} = threadIdx.x, {n["warp"]} = {n["tid"]} / 32, """
+            f"""{n["lane"]} = {n["tid"]} % 32;"""
+        )
+    return f"""{{
+{opening} The factors pass through shared memory in tiles of depth {bk}, both
     // stored k-major (a thread's 4 rows, and its 4 columns, are one float4), double-buffered.
     constexpr int {bm} = {tile_m}, {bn} = {tile_n}, {bk} = {VECTOR_DEPTH};
     __shared__ __align__(16) union {{
         struct {{
-            float {n["As"]}[2][{bk}][{bm} + 4];  // +4: a k-fast factor's transposed stores miss each other
-            float {n["Bs"]}[2][{bk}][{bn} + 4];
+            float {n["As"]}{groups}[2][{bk}][{bm} + 4];  // +4: a k-fast factor's transposed stores miss each other
+            float {n["Bs"]}{groups}[2][{bk}][{bn} + 4];
         }} {n["tiles"]};
         float {n["staged"]}[{staged_rows}][{bn} + 4];  // the finished outputs, on their way out
     }} {n["smem"]};
 
-    const int {n["tid"]} = threadIdx.x, {n["warp"]} = {n["tid"]} / 32, {n["lane"]} = {n["tid"]} % 32;
+{thread}
     // A warp's threads are 4 rows x 8 columns: each step it reads 4 float4s of one tile and 8 of the
     // other, one shared-memory wavefront each.
     const int {n["ty"]} = {n["warp"]} / 2 * 4 + {n["lane"]} / 8, {n["tx"]} = {n["warp"]} % 2 * 8 + {n["lane"]} % 8;
@@ -436,7 +551,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     float {accum}[{4 * quads_m}][{4 * quads_n}] = {{}};
 
 {loop}
-
+{reduction}
     // The outputs leave through shared memory, {staged_rows} rows of the tile at a time, so that a warp runs
     // the user's statements on 32 neighbouring outputs of one row: coalesced, whatever they load or
     // store. The last barrier above (or none, for a skipped tile) leaves the tiles free to overwrite.
@@ -449,12 +564,11 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
                 const int {n["e"]} = {i} * 4 + {n["part"]} * {rows_of_quads} + {j};
                 #pragma unroll
                 for (int {q} = 0; {q} < {quads_n}; ++{q})
-                    *reinterpret_cast<float4*>(&{staged}[{j} * 16 + {n["ty"]}][{q} * 64 + {n["tx"]} * 4]) =
-                        make_float4({", ".join(quad)});
+{staging}
             }}
             __syncthreads();
-            for (int {s} = 0; {s} < {staged_rows} * {bn} / {THREADS}; ++{s}) {{
-                const int {n["f"]} = {n["tid"]} + {s} * {THREADS};
+            for (int {s} = 0; {s} < {staged_rows} * {bn} / {block}; ++{s}) {{
+                const int {n["f"]} = {first} + {s} * {block};
                 const int {n["lr"]} = {n["f"]} / {bn}, {n["lc"]} = {n["f"]} % {bn};  // in the staged rows
                 const int {row} = {n["row0"]} + {i} * 64 + ({n["lr"]} % 16) * 4 + {n["part"]} * {rows_of_quads} + {n["lr"]} / 16;
                 const int {col} = {n["col0"]} + {n["lc"]};

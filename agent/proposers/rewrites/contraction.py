@@ -29,10 +29,11 @@ from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
 from cuda_agent.agent.proposers.rewrites._combine import declared_type
 from cuda_agent.agent.proposers.rewrites._gemm_tile import (
-    THREADS,
+    SPLIT_TILES,
     Contraction,
     Factor,
     Shape,
+    fitting,
     gemm_candidates,
 )
 from cuda_agent.agent.proposers.tree import (
@@ -64,7 +65,8 @@ SHAPES: tuple[Shape, ...] = (
     Shape(vector=False, quads_m=2, quads_n=1),
 )
 # The float4 kernel's 64x64 tiles lead where 128x64 ones would not give every SM of an H200 (132) two
-# blocks: an output of 1024 x 1024 (SYRK) is 128 such tiles, one wave at one block an SM.
+# blocks: an output of 1024 x 1024 (SYRK) is 128 such tiles, one wave at one block an SM. SPLIT_TILES
+# follow.
 SMALL_TILES = Shape(vector=True, quads_m=1, quads_n=1)
 TWO_WAVES = 2 * 132
 _IDENTITY = frozenset({"0", "0.0", "0.0f", "0.f", "0.0F", "0.F", "0."})
@@ -83,15 +85,16 @@ def propose(target: KernelTarget) -> list[Candidate]:
         match = _recognise(tree, facts)
     except _Unsupported:
         return []
-    if not _block_fits(target) or not all(_is_float(tree, p) for p in _arrays(facts)):
+    shapes = fitting(target, _shapes(target, match))
+    if not shapes or not all(_is_float(tree, p) for p in _arrays(facts)):
         return []
     batch_grid = (match.batch_spec or target.spec.launch.grid[2]) if match.batch else None
-    return gemm_candidates(tree, match, _shapes(target, match), proposer=PROPOSER, batch_grid=batch_grid)
+    return gemm_candidates(tree, match, shapes, proposer=PROPOSER, batch_grid=batch_grid)
 
 
 def _shapes(target: KernelTarget, match: Contraction) -> tuple[Shape, ...]:
-    """SHAPES, led by SMALL_TILES for an output too small for two waves of the first shape's tiles (at the
-    benchmark's sizes, batches counted)."""
+    """SHAPES, led by SMALL_TILES and SPLIT_TILES for an output too small for two waves of the first
+    shape's tiles (at the benchmark's sizes, batches counted, a triangle's skipped tiles not)."""
     assert target.spec is not None
     sizes = target.spec.sizes
     try:
@@ -100,15 +103,12 @@ def _shapes(target: KernelTarget, match: Contraction) -> tuple[Shape, ...]:
     except (ExpressionError, ArithmeticError):
         return SHAPES
     tile_m, tile_n = SHAPES[0].tile
-    if -(-rows // tile_m) * -(-cols // tile_n) * batch >= TWO_WAVES:
+    tiles = -(-rows // tile_m) * -(-cols // tile_n) * batch
+    if match.unread:  # a triangle (covariance, causal scores): about half the tiles skip their loop
+        tiles //= 2
+    if tiles >= TWO_WAVES:
         return SHAPES
-    return (SMALL_TILES, *SHAPES)
-
-
-def _block_fits(target: KernelTarget) -> bool:
-    bounds = target.kernel.launch_bounds
-    first = bounds.split(",")[0].strip() if bounds else ""
-    return not first or (first.isdigit() and int(first) >= THREADS)
+    return (SMALL_TILES, *SPLIT_TILES, *SHAPES)
 
 
 def _arrays(facts: KernelFacts) -> set[str]:

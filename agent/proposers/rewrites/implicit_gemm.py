@@ -33,9 +33,11 @@ from cuda_agent.agent.proposers.rewrites import contraction
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, in_kernel_terms
 from cuda_agent.agent.proposers.rewrites._combine import declared_type
 from cuda_agent.agent.proposers.rewrites._gemm_tile import (
+    SPLIT_TILES,
     Contraction,
     Factor,
     Shape,
+    fitting,
     gemm_candidates,
 )
 from cuda_agent.agent.proposers.tree import (
@@ -57,6 +59,7 @@ NARROW_SHAPES: tuple[Shape, ...] = (
     Shape(vector=True, quads_m=1, quads_n=2),
     Shape(vector=True, quads_m=1, quads_n=1),
     Shape(vector=False, quads_m=1, quads_n=1),
+    *SPLIT_TILES,
 )
 WIDE_SHAPES: tuple[Shape, ...] = (
     Shape(vector=True, quads_m=2, quads_n=1),
@@ -87,13 +90,13 @@ def propose(target: KernelTarget) -> list[Candidate]:
     except (_Unsupported, contraction._Unsupported, NotInSizes):
         return []
     arrays = {a.array for a in facts.accesses}
-    if not contraction._block_fits(target) or not all(contraction._is_float(tree, p) for p in arrays):
-        return []
     try:
         rows_at = evaluate(nest.rows_spec, target.spec.sizes)
     except (ExpressionError, ArithmeticError):
         rows_at = None
-    shapes = NARROW_SHAPES if rows_at is not None and rows_at <= 64 else WIDE_SHAPES
+    shapes = fitting(target, NARROW_SHAPES if rows_at is not None and rows_at <= 64 else WIDE_SHAPES)
+    if not shapes or not all(contraction._is_float(tree, p) for p in arrays):
+        return []
     summary = f"implicit GEMM: {nest.summary}; "
     return gemm_candidates(
         tree, match, shapes, proposer=PROPOSER, batch_grid=match.batch_spec, summary=summary
