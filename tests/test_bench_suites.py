@@ -34,7 +34,8 @@ KINDS = {  # the kinds the outside suite was written to cover: each at least onc
     "matrix-vector": {"gemv", "gemv_transposed", "gesummv"},
     "PolyBench": {"covariance", "syrk", "gesummv"},
     "optimizer": {"adamw_step"},
-    "half / bfloat16": {"gelu_erf_fp16", "silu_and_mul_bf16", "rmsnorm_fp16"},
+    "half / bfloat16": {"gelu_erf_fp16", "silu_and_mul_bf16", "rmsnorm_fp16", "linear_forward_fp16"},
+    "half-precision contraction": {"linear_forward_fp16"},
     "convolution": {"conv2d_naive"},
     "scan": {"scan_blocks"},
 }

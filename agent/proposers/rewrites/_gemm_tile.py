@@ -70,14 +70,17 @@ SPLIT_TILES: tuple[Shape, ...] = (
 )
 
 
-def fitting(target: KernelTarget, shapes: Sequence[Shape]) -> tuple[Shape, ...]:
-    """The shapes whose blocks the kernel's own `__launch_bounds__` allows (its body is replaced, its
-    signature kept): none where the bound is no number."""
+def allows(target: KernelTarget, threads: int) -> bool:
+    """Whether the kernel's own `__launch_bounds__` allows blocks of `threads` (its body is replaced, its
+    signature kept): not where the bound is no number."""
     bounds = target.kernel.launch_bounds
     first = bounds.split(",")[0].strip() if bounds else ""
-    if not first:
-        return tuple(shapes)
-    return tuple(s for s in shapes if first.isdigit() and int(first) >= s.threads)
+    return not first or (first.isdigit() and int(first) >= threads)
+
+
+def fitting(target: KernelTarget, shapes: Sequence[Shape]) -> tuple[Shape, ...]:
+    """The shapes whose blocks the kernel's own `__launch_bounds__` allows."""
+    return tuple(s for s in shapes if allows(target, s.threads))
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ def template_names(tree: KernelTree, contraction: Contraction) -> dict[str, str]
     return local_names(tree, *wanted)
 
 
-def _output_statements(contraction: Contraction, pad: str, value: str, placed: bool = False) -> str:
+def output_statements(contraction: Contraction, pad: str, value: str, placed: bool = False) -> str:
     """The user's statements after the loop for the output at `contraction.place`, the sum in `value`."""
     before = "\n".join(pad + line.strip() for line in contraction.before.splitlines())
     inside = contraction.inside_placed if placed else contraction.inside
@@ -272,7 +275,7 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
 
     pad = "                "
     row, col = match.place
-    per_output = _output_statements(match, pad, f"{n['accum']}[{i}][{n['j']}]")
+    per_output = output_statements(match, pad, f"{n['accum']}[{i}][{n['j']}]")
     return f"""{{
     // A tiled contraction over {match.k}: each block of {THREADS} threads computes a {bm} x {bn} tile of the
     // outputs, each thread {4 * quads_m} x {4 * quads_n} of them in registers. The row and col factors pass
@@ -447,24 +450,9 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
             __syncthreads();
         }}
     }}"""
-    if x.unread:
-        corners = {
-            "{first_row}": n["row0"],
-            "{last_row}": f"{n['row0']} + {bm} - 1",
-            "{first_col}": n["col0"],
-            "{last_col}": f"{n['col0']} + {bn} - 1",
-        }
-        unread = x.unread
-        for placeholder, value in corners.items():
-            unread = unread.replace(placeholder, value)
-        loop = f"""\
-    // No output of a tile reads its sum where the user's conditions, which move with the output's row
-    // and col alone, hold (or fail) at all four corners of the tile, and so at all of it: skip its loop.
-    const bool {n["unread"]} = {unread};
-    if (!{n["unread"]})
-{loop}"""
+    loop = skipping_unread(x, n, loop)
     row, col = x.place
-    per_output = _output_statements(x, " " * 16, f"{staged}[{n['lr']}][{n['lc']}]", placed=True)
+    per_output = output_statements(x, " " * 16, f"{staged}[{n['lr']}][{n['lc']}]", placed=True)
     per_output = per_output.lstrip("\n")  # no declarations before the check
     quad = [f"{accum}[{n['e']}][4 * {q} + {step}]" for step in range(4)]
     staged_rows = 64 if 64 * (tile_n + 4) * 4 <= STAGED_BYTES else 32
@@ -578,6 +566,28 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
         }}
     }}
 }}"""  # noqa: E501
+
+
+def skipping_unread(x: Contraction, n: dict[str, str], loop: str) -> str:
+    """The tile's loop, skipped where no output of the tile reads its sum (where that is known)."""
+    if not x.unread:
+        return loop
+    bm, bn = n["BM"], n["BN"]
+    corners = {
+        "{first_row}": n["row0"],
+        "{last_row}": f"{n['row0']} + {bm} - 1",
+        "{first_col}": n["col0"],
+        "{last_col}": f"{n['col0']} + {bn} - 1",
+    }
+    unread = x.unread
+    for placeholder, value in corners.items():
+        unread = unread.replace(placeholder, value)
+    return f"""\
+    // No output of a tile reads its sum where the user's conditions, which move with the output's row
+    // and col alone, hold (or fail) at all four corners of the tile, and so at all of it: skip its loop.
+    const bool {n["unread"]} = {unread};
+    if (!{n["unread"]})
+{loop}"""
 
 
 def _load(side: _Side, depth: str, k0: str, n: dict[str, str], pad: str) -> str:

@@ -30,12 +30,15 @@ from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, b
 from cuda_agent.agent.proposers.rewrites._combine import declared_type
 from cuda_agent.agent.proposers.rewrites._gemm_tile import (
     SPLIT_TILES,
+    THREADS,
     Contraction,
     Factor,
     Shape,
+    allows,
     fitting,
     gemm_candidates,
 )
+from cuda_agent.agent.proposers.rewrites._mma_tile import element, mma_candidate
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     identifiers_in,
@@ -85,11 +88,15 @@ def propose(target: KernelTarget) -> list[Candidate]:
         match = _recognise(tree, facts)
     except _Unsupported:
         return []
-    shapes = fitting(target, _shapes(target, match))
-    if not shapes or not all(_is_float(tree, p) for p in _arrays(facts)):
-        return []
     batch_grid = (match.batch_spec or target.spec.launch.grid[2]) if match.batch else None
-    return gemm_candidates(tree, match, shapes, proposer=PROPOSER, batch_grid=batch_grid)
+    if not all(_is_float(tree, p) for p in _arrays(facts)):
+        # half or bfloat16 factors, each one element as stored: the tensor cores multiply them exactly
+        a, b = element(tree, match.a.at), element(tree, match.b.at)
+        if a is None or b is None or a.dtype != b.dtype or not allows(target, THREADS):
+            return []
+        return [mma_candidate(tree, match, a, b, proposer=PROPOSER, batch_grid=batch_grid)]
+    shapes = fitting(target, _shapes(target, match))
+    return gemm_candidates(tree, match, shapes, proposer=PROPOSER, batch_grid=batch_grid) if shapes else []
 
 
 def _shapes(target: KernelTarget, match: Contraction) -> tuple[Shape, ...]:
