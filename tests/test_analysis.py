@@ -164,6 +164,13 @@ def test_a_sum_rescaled_by_something_else_is_not_a_logsumexp() -> None:
         ("float s = 0; for (int c = 0; c < cols; ++c) s -= row[c]; y[r] = s;", SUM, ("s",), True),
         ("int n = 0; for (int c = 0; c < cols; ++c) if (row[c] > 0) n++; out[r] = n;", SUM, ("n",), True),
         ("float p = 1; for (int c = 0; c < cols; ++c) p *= row[c]; y[r] = p;", PRODUCT, ("p",), True),
+        # arithmetic spelled as calls
+        ("float s = 0; for (int c = 0; c < cols; ++c) s = fmaf(row[c], row[c], s); y[r] = s;",
+         SUM, ("s",), True),
+        ("float s = 0; for (int c = 0; c < cols; ++c) s = __fmaf_rn(2.0f, row[c], s); y[r] = s;",
+         SUM, ("s",), True),
+        ("float s = 0; for (int c = 0; c < cols; ++c) s = __fadd_rn(row[c], s); y[r] = s;",
+         SUM, ("s",), True),
         ("float m = row[0]; for (int c = 1; c < cols; ++c) m = fmaxf(m, row[c]); y[r] = m;",
          MAX, ("m",), True),
         ("float m = row[0]; for (int c = 1; c < cols; ++c) m = max(row[c], m); y[r] = m;",
@@ -195,6 +202,8 @@ def test_reductions_are_found_by_their_combine(
         " prev = x[r * cols + c]; }",
         # the accumulator read inside the loop
         "float s = 0; for (int c = 0; c < cols; ++c) { s += x[r * cols + c]; y[r * cols + c] = s; }",
+        # a fused multiply-add that scales the accumulator: not a sum of the loop's values
+        "float s = 1; for (int c = 0; c < cols; ++c) s = fmaf(s, x[r * cols + c], 1.0f); y[r] = s;",
         # a scan through memory: every iteration writes one element, but each reads the previous one's
         "for (int c = 1; c < cols; ++c) y[r * cols + c] = y[r * cols + c - 1] + x[r * cols + c];",
         # the same element written by every iteration

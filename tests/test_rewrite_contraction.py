@@ -99,6 +99,23 @@ def test_a_kernel_bounded_to_256_threads_gets_no_split_sums() -> None:
     assert candidates and all(c.launch is not None and c.launch.block[0] == 256 for c in candidates)
 
 
+@pytest.mark.parametrize(
+    "spelled",
+    ["acc = fmaf(A[row * K + k], B[k * N + col], acc);",
+     "acc = __fmaf_rn(A[row * K + k], B[k * N + col], acc);",
+     "acc = __fadd_rn(acc, __fmul_rn(A[row * K + k], B[k * N + col]));"],
+)  # fmt: skip
+def test_a_matmul_spelled_with_fused_multiply_adds_gets_the_same_kernels(spelled: str) -> None:
+    path = ROOT / "bench" / "kernels" / "matmul_naive.cu"
+    source = path.read_text()
+    written = "acc += A[row * K + k] * B[k * N + col];"
+    assert written in source
+    as_written = [(c.description, c.launch, c.source) for c in propose(load_targets(path).targets[0])]
+    respelled = load_targets(path, source.replace(written, spelled)).targets[0]
+    as_respelled = [(c.description, c.launch, c.source.replace(spelled, written)) for c in propose(respelled)]
+    assert as_written and as_respelled == as_written
+
+
 @needs_compiler
 def test_naive_matmul_becomes_tiled_sgemm() -> None:
     target = load_targets(ROOT / "bench" / "kernels" / "matmul_naive.cu").find("matmul")

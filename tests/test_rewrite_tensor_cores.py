@@ -57,12 +57,38 @@ def test_a_contraction_of_16_bit_factors_runs_on_the_tensor_cores(
 def test_the_epilogue_and_the_element_types_are_kept() -> None:
     (half,) = propose(_target(HALF))
     assert "C[row * N + col] = __float2half(sum);" in half.source
-    # the elements are copied as stored: 16 bytes at a time, one by one at the edges
-    assert "*reinterpret_cast<const int4*>(&(A[r * K + c]))" in half.source
+    # the elements are copied as stored: 16 bytes at a time (asynchronously), one by one at the edges
+    assert "__pipeline_memcpy_async(to, &(A[r * K + c]), 16);" in half.source
     assert "? A[r * K + (c + v)] : __float2half(0.0f);" in half.source
     (scores,) = propose(_target(SCORES))
     assert "scores[((size_t)bh * T + i) * T + j] = dot * scale;" in scores.source
-    assert "__nv_bfloat16 As[BM][BK + 8];" in scores.source  # a typedef (bf16) of the same type
+    assert "__nv_bfloat16 As[2][BM][BK + 8];" in scores.source  # a typedef (bf16) of the same type
+
+
+# a sum kept in half, spelled with the half intrinsics
+HALF_SUM = HALF.replace("float sum = 0.0f;", "half sum = __float2half(0.0f);").replace(
+    "C[row * N + col] = __float2half(sum);", "C[row * N + col] = sum;"
+)
+SUMMED = "sum += __half2float(A[row * K + k]) * __half2float(B[k * N + col]);"
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        "sum = __hfma(A[row * K + k], B[k * N + col], sum);",
+        "sum = __hadd(sum, __hmul(A[row * K + k], B[k * N + col]));",
+    ],
+)
+def test_a_sum_in_half_spelled_with_intrinsics_runs_on_the_tensor_cores(spelled: str) -> None:
+    assert SUMMED in HALF_SUM
+    (candidate,) = check(_target(HALF_SUM.replace(SUMMED, spelled)), propose)
+    assert "on the tensor cores" in candidate.description
+    # the tiles hold the elements themselves; the float sum is added to the half one where the loop was
+    assert "? A[r * K + (c + v)] : __float2half(0.0f);" in candidate.source
+    body = candidate.source.split("void matmul_half(")[1]
+    assert "float sum_ = smem.staged[lr][lc];" in body and "sum += sum_;" in body
+    assert body.index("sum += sum_;") < body.index("C[row * N + col] = sum;")
 
 
 BF16_B = (

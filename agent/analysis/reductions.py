@@ -1,14 +1,15 @@
 """Reductions recognised by their combine, however they are spelled.
 
 Within one loop, every update of a local declared outside it is classified: `acc += v`, `acc = acc + v`,
-`acc = v + acc` and `acc -= v` are sums; `*=` a product; `acc = fmaxf(acc, v)`, `acc = max(v, acc)`,
-`acc = v > acc ? v : acc` and `if (v > acc) acc = v;` a max (min alike); `if (v > best) { best = v;
-at = k; }` an argmax keeping the first position (`>=`: the last); `|=`, `&=`, `^=` bitwise folds. An
-update that is none of these, or an accumulator read elsewhere in the loop, makes the local carried:
-the loop's iterations then depend on each other. A running maximum and a sum of exponentials rescaled
-whenever the maximum grows (`if (v > m) { s *= expf(m - v); m = v; } s += expf(v - m);`, or through
-`m_new = fmaxf(m, v)`, or `if (v > m) { m = v; s = s * expf(m_prev - m) + expf(v - m); } else s +=
-expf(v - m);` with `m_prev` a copy of m) is the online softmax's normaliser: a logsumexp of the pair.
+`acc = v + acc`, `acc -= v`, `acc = __hadd(acc, v)` and `acc = fmaf(a, b, acc)` are sums; `*=` a
+product; `acc = fmaxf(acc, v)`, `acc = max(v, acc)`, `acc = v > acc ? v : acc` and `if (v > acc) acc =
+v;` a max (min alike); `if (v > best) { best = v; at = k; }` an argmax keeping the first position (`>=`:
+the last); `|=`, `&=`, `^=` bitwise folds. An update that is none of these, or an accumulator read
+elsewhere in the loop, makes the local carried: the loop's iterations then depend on each other. A
+running maximum and a sum of exponentials rescaled whenever the maximum grows (`if (v > m) { s *= expf(m
+- v); m = v; } s += expf(v - m);`, or through `m_new = fmaxf(m, v)`, or `if (v > m) { m = v; s = s *
+expf(m_prev - m) + expf(v - m); } else s += expf(v - m);` with `m_prev` a copy of m) is the online
+softmax's normaliser: a logsumexp of the pair.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ from tree_sitter import Node
 
 _FUNCTIONS = {"fmaxf": MAX, "fmax": MAX, "max": MAX, "fminf": MIN, "fmin": MIN, "min": MIN}
 _FUNCTIONS |= {"__hmax": MAX, "__hmin": MIN, "std::max": MAX, "std::min": MIN}
+# Arithmetic spelled as calls: `acc = __hadd(acc, v)` is `acc += v`, `acc = fmaf(a, b, acc)` is
+# `acc += a * b` (one rounding instead of two: the compiler contracts `acc += a * b` into the same FMA).
+ADDS = frozenset({"__hadd", "__fadd_rn", "__dadd_rn"})
+MULTIPLIES = frozenset({"__hmul", "__fmul_rn", "__dmul_rn"})
+FUSED_MULTIPLY_ADDS = frozenset({"fmaf", "fma", "__fmaf_rn", "__fma_rn", "__hfma"})
 _COMPOUND = {"+=": SUM, "-=": SUM, "*=": PRODUCT, "|=": OR, "&=": AND, "^=": XOR}
 _BINARY = {"+": SUM, "*": PRODUCT, "|": OR, "&": AND, "^": XOR}
 # `v > acc` keeps the larger: (combine when the new value is on the left, when it is on the right)
@@ -309,6 +315,13 @@ def _single(node: Node, name: str) -> _Single | None:
             for mine, other in ((args[0], args[1]), (args[1], args[0])):
                 if _is(mine, name) and not _mentions(other, name):
                     return _Single(_FUNCTIONS[name_of], name_of)
+        if name_of in ADDS and len(args) == 2:
+            for mine, other in ((args[0], args[1]), (args[1], args[0])):
+                if _is(mine, name) and not _mentions(other, name):
+                    return _Single(SUM, "+")
+        fused = name_of in FUSED_MULTIPLY_ADDS and len(args) == 3
+        if fused and _is(args[2], name) and not (_mentions(args[0], name) or _mentions(args[1], name)):
+            return _Single(SUM, "+")
         return None
     if right.type == "conditional_expression":
         combine = _select(right, name)

@@ -9,10 +9,12 @@ float. What changes is the order the float sums are taken in (stated as an assum
 the spec's tolerance like any other regrouping).
 
 A block of 256 threads (8 warps, 2 x 4) computes a 128 x 128 tile of the outputs, each warp 64 x 32 of
-them as 4 x 2 accumulator fragments. The factor tiles pass through shared memory 32 deep, loaded one
-element a thread with neighbouring threads on the index the factor walks memory along (zero outside
-the output or past k), stored row-major with 8 elements of padding (WMMA's leading dimension is then a
-multiple of 16 bytes, and a warp's fragment loads spread over the banks). The finished outputs leave
+them as 4 x 2 accumulator fragments. The factor tiles pass through shared memory 32 deep and
+double-buffered: each thread copies eight neighbouring elements along the index the factor walks memory
+along, asynchronously (`__pipeline_memcpy_async`) where all eight are in range and 16-byte aligned, one
+at a time otherwise (zero outside the output or past k), while the tile before is multiplied. A tile
+keeps its factor's memory order (row- or column-major fragments) with 8 elements of padding a row (a
+leading dimension WMMA takes; a warp's fragment loads spread over the banks). The finished outputs leave
 through shared memory, 64 rows at a time, so that a warp runs the user's statements on 32 neighbouring
 outputs of a row.
 """
@@ -48,6 +50,8 @@ TYPES = {
     "float16": ("__half", frozenset({"__half", "half"}), "__float2half"),
     "bfloat16": ("__nv_bfloat16", frozenset({"__nv_bfloat16", "nv_bfloat16"}), "__float2bfloat16"),
 }
+# WMMA's fragments, and the asynchronous copies into shared memory (`__pipeline_memcpy_async`).
+HEADERS = "#include <mma.h>\n#include <cuda_pipeline.h>"
 # What a first draft wraps around a 16-bit element to compute with it in float.
 _CONVERSIONS = frozenset({"__half2float", "__bfloat162float", "__low2float", "float", "static_cast<float>"})
 
@@ -99,7 +103,7 @@ def _without_conversions(node: Node) -> Node:
 MMA_LOCALS = (
     "BM", "BN", "BK", "smem", "tiles", "As", "Bs", "staged", "tid", "warp", "wr", "wc", "row0", "col0",
     "unread", "acc", "a_frag", "b_frag", "t", "kk", "i", "j", "e", "r", "c", "v", "to", "slab", "s", "f",
-    "lr", "lc",
+    "lr", "lc", "buf", "steps",
 )  # fmt: skip
 
 
@@ -122,7 +126,7 @@ def mma_candidate(
         launch=LaunchSpec(block=(THREADS,) + (1,) * (len(grid) - 1), grid=tuple(grid)),
         description=description(contraction, a.dtype),
         proposer=proposer,
-        helpers="#include <mma.h>  // WMMA: the tensor cores' fragments",
+        helpers=HEADERS,
         assumptions=(
             f"the float sum over {contraction.k} of products of {TYPES[a.dtype][0]} values is taken on the "
             "tensor cores, in another order (within tolerance)",
@@ -134,8 +138,8 @@ def description(contraction: Contraction, dtype: str) -> str:
     skipped = ", tiles no output reads skipped" if contraction.unread else ""
     return (
         f"tiled contraction over {contraction.k} on the tensor cores: {BM}x{BN}x{BK} tiles of "
-        f"{TYPES[dtype][0]}, 16x16x16 WMMA fragments summed in float, 64x32 outputs a warp, stored "
-        f"through shared memory{skipped}"
+        f"{TYPES[dtype][0]} double-buffered with asynchronous copies, 16x16x16 WMMA fragments summed in "
+        f"float, 64x32 outputs a warp, stored through shared memory{skipped}"
     )
 
 
@@ -157,10 +161,10 @@ def mma_tiles(names: dict[str, str], contraction: Contraction, a: Element, b: El
     def stored(value: str, side: Element) -> str:
         return value if side.direct else f"{convert}(static_cast<float>({value}))"
 
-    def load(side: Element, factor: Factor, tile: str, rows: bool) -> str:
-        """Eight neighbouring elements a thread along the index the factor walks memory along (one
-        16-byte copy where all eight are in range and aligned; the bits are the same whatever the
-        element's type is called), into the tile: [outer][k] for the row factor, [k][col] for the col."""
+    def load(side: Element, factor: Factor, tile: str, rows: bool, k0: str, pad: str) -> str:
+        """Eight neighbouring elements a thread along the index the factor walks memory along, of the tile
+        at `k0`: one asynchronous 16-byte copy where all eight are in range and aligned (the bits are the
+        same whatever the element's type is called), else one at a time (0 outside)."""
         extent = bm if rows else bn
         if factor.k_fast:
             outer, inner = f"{e} / ({bk} / 8)", f"{e} % ({bk} / 8) * 8"
@@ -168,7 +172,7 @@ def mma_tiles(names: dict[str, str], contraction: Contraction, a: Element, b: El
             outer, inner = f"{e} % ({extent} / 8) * 8", f"{e} / ({extent} / 8)"
         first, bound = (n["row0"], x.rows) if rows else (n["col0"], x.cols)
         k, outer_index = (c, r) if rows else (r, c)  # the factor's locals holding k and the outer index
-        place = f"{outer_index} = {first} + {outer}, {k} = {t} + {inner}"
+        place = f"{outer_index} = {first} + {outer}, {k} = {inner if k0 == '0' else f'{k0} + {inner}'}"
         moving = k if factor.k_fast else outer_index
         # the tile keeps the factor's memory order: [outer][k] where it walks k, else [k][outer]
         slot = f"&{tile}[{outer}][{inner}]" if factor.k_fast else f"&{tile}[{inner}][{outer}]"
@@ -183,20 +187,20 @@ def mma_tiles(names: dict[str, str], contraction: Contraction, a: Element, b: El
         if factor.vector_at is not None:  # the factor's loads are contiguous along `moving`
             address = f"&({at(side, moving, '')})"
             copy = f"""\
-            if ({in_range("7")} && reinterpret_cast<unsigned long long>({address}) % 16 == 0) {{
-                *reinterpret_cast<int4*>({n["to"]}) = *reinterpret_cast<const int4*>({address});
-                continue;
-            }}
+{pad}    if ({in_range("7")} && reinterpret_cast<unsigned long long>({address}) % 16 == 0) {{
+{pad}        __pipeline_memcpy_async({n["to"]}, {address}, 16);
+{pad}        continue;
+{pad}    }}
 """
         return f"""\
-        #pragma unroll
-        for (int {i} = 0; {i} < {extent} * {bk} / 8 / {THREADS}; ++{i}) {{
-            const int {e} = {tid} + {i} * {THREADS};
-            const int {place};
-            {fragment_type}* {n["to"]} = {slot};
-{copy}            for (int {v} = 0; {v} < 8; ++{v})  // at the edges, or misaligned
-                {n["to"]}[{v}] = {one};
-        }}"""
+{pad}#pragma unroll
+{pad}for (int {i} = 0; {i} < {extent} * {bk} / 8 / {THREADS}; ++{i}) {{
+{pad}    const int {e} = {tid} + {i} * {THREADS};
+{pad}    const int {place};
+{pad}    {fragment_type}* {n["to"]} = {slot};
+{copy}{pad}    for (int {v} = 0; {v} < 8; ++{v})  // at the edges, or misaligned
+{pad}        {n["to"]}[{v}] = {one};
+{pad}}}"""
 
     # Each tile in its factor's memory order, so that a thread's eight neighbouring elements are one
     # 16-byte store: A (rows x k) row-major where it walks k, else column-major; B (k x cols) the other
@@ -210,12 +214,27 @@ def mma_tiles(names: dict[str, str], contraction: Contraction, a: Element, b: El
         return layout, f"[{bk}][{extent} + 8]", f"&{name}[{kk}][{first}]", f"{extent} + 8"
 
     a_row, b_col = f"{n['wr']} * 64 + {i} * 16", f"{n['wc']} * 32 + {j} * 16"
-    a_layout, a_shape, a_at, a_lead = tile(f"{tiles}.{n['As']}", x.a.k_fast, bm, a_row, True)
-    b_layout, b_shape, b_at, b_lead = tile(f"{tiles}.{n['Bs']}", x.b.k_fast, bn, b_col, False)
+    buf, a_tiles, b_tiles = n["buf"], f"{tiles}.{n['As']}", f"{tiles}.{n['Bs']}"
+    a_layout, a_shape, a_at, a_lead = tile(f"{a_tiles}[{buf}]", x.a.k_fast, bm, a_row, True)
+    b_layout, b_shape, b_at, b_lead = tile(f"{b_tiles}[{buf}]", x.b.k_fast, bn, b_col, False)
+
+    def loads(k0: str, into: str, pad: str) -> str:
+        return "\n".join(
+            load(side, factor, f"{name}[{into}]", rows, k0, pad)
+            for side, factor, name, rows in ((a, x.a, a_tiles, True), (b, x.b, b_tiles, False))
+        )
+
     loop = f"""\
-    for (int {t} = 0; {t} < {x.depth}; {t} += {bk}) {{
-{load(a, x.a, f"{tiles}.{n['As']}", True)}
-{load(b, x.b, f"{tiles}.{n['Bs']}", False)}
+    const int {n["steps"]} = ({x.depth} + {bk} - 1) / {bk};
+{loads("0", "0", " " * 4)}
+    __pipeline_commit();
+    for (int {t} = 0; {t} < {n["steps"]}; ++{t}) {{
+        const int {buf} = {t} & 1;
+        if ({t} + 1 < {n["steps"]}) {{  // the next tile is copied in while this one is multiplied
+{loads(f"({t} + 1) * {bk}", f"{buf} ^ 1", " " * 12)}
+        }}
+        __pipeline_commit();
+        __pipeline_wait_prior(1);  // this tile's copies have landed; the next one's may be in flight
         __syncthreads();
         #pragma unroll
         for (int {kk} = 0; {kk} < {bk}; {kk} += 16) {{
@@ -233,7 +252,7 @@ def mma_tiles(names: dict[str, str], contraction: Contraction, a: Element, b: El
                 for (int {j} = 0; {j} < 2; ++{j})
                     wmma::mma_sync({acc}[{i}][{j}], {n["a_frag"]}[{i}], {n["b_frag"]}[{j}], {acc}[{i}][{j}]);
         }}
-        __syncthreads();  // the tiles are overwritten next
+        __syncthreads();  // this buffer is filled again the step after next
     }}"""
     loop = skipping_unread(x, n, loop)
     row, col = x.place
@@ -242,14 +261,15 @@ def mma_tiles(names: dict[str, str], contraction: Contraction, a: Element, b: El
     return f"""{{
     // A tiled contraction over {x.k} on the tensor cores: each block of {THREADS} threads computes a
     // {bm} x {bn} tile of the outputs, each warp 64 x 32 of them as 4 x 2 fragments of 16 x 16 summed in
-    // float. The factors pass through shared memory {bk} deep as {fragment_type}, row-major, 8 elements of
-    // padding a row (a leading dimension WMMA takes, and fragment loads spread over the banks).
+    // float. The factors pass through shared memory {bk} deep as {fragment_type}, double-buffered (the next
+    // tile's asynchronous copies in flight while this one is multiplied), each in its own memory order
+    // with 8 elements of padding a row (a leading dimension WMMA takes; fragment loads spread over banks).
     using namespace nvcuda;
     constexpr int {bm} = {BM}, {bn} = {BN}, {bk} = {BK};
     __shared__ __align__(32) union {{
         struct {{
-            {fragment_type} {n["As"]}{a_shape};
-            {fragment_type} {n["Bs"]}{b_shape};
+            {fragment_type} {n["As"]}[2]{a_shape};  // double-buffered
+            {fragment_type} {n["Bs"]}[2]{b_shape};
         }} {n["tiles"]};
         float {n["staged"]}[64][{bn} + 4];  // the finished outputs, 64 rows at a time, on their way out
     }} {n["smem"]};

@@ -24,6 +24,7 @@ from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, dec
 from cuda_agent.agent.analysis.facts import SUM, Access, Loop, ThreadIndex
 from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
+from cuda_agent.agent.analysis.reductions import ADDS, FUSED_MULTIPLY_ADDS, MULTIPLIES
 from cuda_agent.agent.analysis.values import Values, text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
@@ -391,10 +392,19 @@ def _accumulation(
     left = unwrap(left)
     if operator.type == "=":
         right = unwrap(right)
-        op = right.child_by_field_name("operator")
-        a, b = right.child_by_field_name("left"), right.child_by_field_name("right")
-        if right.type != "binary_expression" or op is None or op.type != "+" or a is None or b is None:
-            raise _Unsupported("not a sum")
+        called = _called(right)
+        if called is not None and called[0] in FUSED_MULTIPLY_ADDS and len(called[1]) == 3:
+            # `acc = fmaf(a, b, acc)`: the call stands for a * b, which `_factors` takes apart
+            if text(unwrap(called[1][2])) != text(left):
+                raise _Unsupported("not a sum into one place")
+            a, b = right, left
+        elif called is not None and called[0] in ADDS and len(called[1]) == 2:
+            a, b = called[1]
+        else:
+            op = right.child_by_field_name("operator")
+            a, b = right.child_by_field_name("left"), right.child_by_field_name("right")
+            if right.type != "binary_expression" or op is None or op.type != "+" or a is None or b is None:
+                raise _Unsupported("not a sum")
         if text(unwrap(a)) == text(left):
             right = b
         elif text(unwrap(b)) == text(left):
@@ -419,13 +429,31 @@ def _accumulation(
 
 
 def _factors(value: Node) -> list[Node]:
+    """The factors of a product, however spelled: `a * b`, `__hmul(a, b)`, and the product the fused
+    multiply-add `_accumulation` found (`fmaf(a, b, acc)`: its first two arguments)."""
     node = unwrap(value)
     op = node.child_by_field_name("operator")
     if node.type == "binary_expression" and op is not None and op.type == "*":
         left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
         assert left is not None and right is not None
         return _factors(left) + _factors(right)
+    called = _called(node)
+    if called is not None and (
+        (called[0] in MULTIPLIES and len(called[1]) == 2)
+        or (called[0] in FUSED_MULTIPLY_ADDS and len(called[1]) == 3)
+    ):
+        return _factors(called[1][0]) + _factors(called[1][1])
     return [node]
+
+
+def _called(node: Node) -> tuple[str, list[Node]] | None:
+    """(the function's name, the arguments) of a call."""
+    if node.type != "call_expression":
+        return None
+    function, arguments = node.child_by_field_name("function"), node.child_by_field_name("arguments")
+    if function is None or arguments is None:
+        return None
+    return text(function), [a for a in arguments.named_children if a.type != "comment"]
 
 
 def _fast_along_k(loads: list[Access], factors: list[Node], lane: str, k: str, default: bool) -> bool:
