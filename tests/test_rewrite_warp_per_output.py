@@ -354,6 +354,22 @@ def test_a_row_major_gemv_through_a_helper_is_split() -> None:
     )
 
 
+FMA_GEMV = GEMV + """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) {
+        float sum = 0;
+        for (int j = 0; j < N; ++j) sum = fmaf(A[i * N + j], x[j], sum);
+        y[i] = sum;
+    }
+}"""
+
+
+def test_a_gemv_summing_with_fmaf_is_split() -> None:
+    # `sum = fmaf(a, b, sum)` is a sum: each lane keeps the call, the lanes' partials are added
+    body = body_of(check(_target(FMA_GEMV, "gemv"))[0], "gemv")
+    assert "j += 32) sum = fmaf(A[i * N + j], x[j], sum);" in body
+
+
 @pytest.mark.parametrize(
     "kernel",
     [
@@ -508,6 +524,7 @@ def test_split_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
         _target(ARGMAX.replace("{cmp}", ">"), "row_argmax"),
         _target(ARGMAX.replace("{cmp}", ">="), "row_argmax"),
         _target(ONLINE_SOFTMAX, "k"),
+        _target(FMA_GEMV, "gemv"),
     ]
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in targets:

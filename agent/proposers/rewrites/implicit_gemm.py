@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, flat_pieces
 from cuda_agent.agent.analysis.facts import Access, Loop, ThreadIndex
 from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
+from cuda_agent.agent.analysis.loop_locals import inlined_loop_locals
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.values import Values, text, unwrap
 from cuda_agent.agent.candidates import Candidate
@@ -76,7 +77,8 @@ class _Unsupported(Exception):
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
-    found = analysed(target)
+    # `float a = A[..]; float b = B[..]; acc += a * b;` is read as `acc += A[..] * B[..];`
+    found = analysed(inlined_loop_locals(target))
     if found is None or target.spec is None:
         return []
     tree, facts = found

@@ -1,0 +1,107 @@
+"""A loop's locals written where they are read, before the analysis matches the loop.
+
+A first draft often loads each factor into a local of its own before it multiplies them:
+`for (...) { float a = A[row * K + k]; float b = B[k * N + col]; acc += a * b; }`. That is the
+accumulation `acc += (float)(A[row * K + k]) * (float)(B[k * N + col]);`, the spelling the rewrites
+driven by a single statement (a contraction, an implicit GEMM) recognise: each local's value, converted to
+its declared type as the declaration did, replaces its reads. Only where that computes the same: every
+statement of the loop's body but the last declares one initialised local (no `auto`, no pointer or
+array declarator), the values have no side effects (no assignments, increments or calls other than pure
+conversions and loads), and the last statement is an expression; the locals' scope ends with the body.
+The target comes back with the kernel's text changed that way (and its kernel read again), or as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cuda_agent.agent.analysis.values import text
+from cuda_agent.agent.kernels import find_kernels
+from cuda_agent.agent.proposers.tree import KernelTree, kernel_tree, statements, walk
+from cuda_agent.agent.targets import KernelTarget
+from tree_sitter import Node
+
+# Calls whose value depends on their arguments alone: loads through the read-only cache and conversions.
+PURE_CALLS = frozenset({
+    "__ldg", "__half2float", "__bfloat162float", "__float2half", "__float2half_rn", "__float2bfloat16",
+    "__float2bfloat16_rn", "__int2float_rn", "__uint2float_rn", "__low2float", "__high2float",
+    "static_cast<float>", "static_cast<double>", "static_cast<int>", "float", "double",
+})  # fmt: skip
+_EFFECTS = frozenset({"assignment_expression", "update_expression", "comma_expression"})
+
+
+def inlined_loop_locals(target: KernelTarget) -> KernelTarget:
+    """The target with its loops' locals written where they are read (see the module), or as it was."""
+    tree = kernel_tree(target)
+    if tree is None:
+        return target
+    edits = []
+    for node in walk(tree.body):
+        body = node.child_by_field_name("body") if node.type == "for_statement" else None
+        if body is None or body.type != "compound_statement":
+            continue
+        inlined = _inlined(tree, statements(body))
+        if inlined is not None:
+            edits.append((body.start_byte, body.end_byte, "{ " + inlined + " }"))
+    if not edits:
+        return target
+    source = tree.apply_to_file(edits)
+    kernel = target.kernel
+    found = [
+        k
+        for k in find_kernels(source)
+        if (k.name, k.template_arguments, k.namespace)
+        == (kernel.name, kernel.template_arguments, kernel.namespace)
+    ]
+    return replace(target, source=source, kernel=found[0]) if len(found) == 1 else target
+
+
+def _inlined(tree: KernelTree, items: list[Node]) -> str | None:
+    """The last statement's text with the declarations before it written into it, or None."""
+    if len(items) < 2 or items[-1].type != "expression_statement":
+        return None
+    values: dict[str, str] = {}
+
+    def substitute(node: Node) -> str | None:
+        return values.get(text(node)) if node.type == "identifier" else None
+
+    for declaration in items[:-1]:
+        declared = _declared(declaration)
+        if declared is None or declared[0] in values:
+            return None
+        name, type_text, value = declared
+        values[name] = f"(({type_text})({tree.substituted(value, substitute)}))"
+    return tree.substituted(items[-1], substitute)
+
+
+def _declared(declaration: Node) -> tuple[str, str, Node] | None:
+    """(name, type, value) of `T name = value;` whose value has no side effects."""
+    if declaration.type != "declaration":
+        return None
+    type_node = declaration.child_by_field_name("type")
+    declarators = [c for c in declaration.named_children if c.type == "init_declarator"]
+    others = [
+        c
+        for c in declaration.named_children
+        if c.type not in ("init_declarator", "type_qualifier", "comment")
+    ]
+    if type_node is None or len(declarators) != 1 or others != [type_node] or text(type_node) == "auto":
+        return None
+    name, value = (
+        declarators[0].child_by_field_name("declarator"),
+        declarators[0].child_by_field_name("value"),
+    )
+    if name is None or value is None or name.type != "identifier" or not _pure(value):
+        return None
+    return text(name), text(type_node), value
+
+
+def _pure(node: Node) -> bool:
+    for child in walk(node):
+        if child.type in _EFFECTS:
+            return False
+        if child.type == "call_expression":
+            function = child.child_by_field_name("function")
+            if function is None or text(function).replace(" ", "") not in PURE_CALLS:
+                return False
+    return True
