@@ -18,6 +18,29 @@ KERNELS = Path(__file__).resolve().parent / "kernels" / "tensor_cores"
 HALF = (KERNELS / "matmul_half.cu").read_text()
 SCORES = (KERNELS / "scores_bf16.cu").read_text()
 GRAM = (KERNELS / "gram_half.cu").read_text()
+# a flat thread index taken apart, the sum kept in half, the products spelled with __hmul
+FLAT = HALF.replace(
+    """    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < M && col < N) {
+        float sum = 0.0f;
+        for (int k = 0; k < K; ++k) {
+            sum += __half2float(A[row * K + k]) * __half2float(B[k * N + col]);
+        }
+        C[row * N + col] = __float2half(sum);
+    }""",
+    """    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = idx / N, col = idx % N;
+    if (idx < M * N) {
+        half sum = 0;
+        for (int k = 0; k < K; k++)
+            sum += __hmul(A[row * K + k], B[k * N + col]);
+        C[row * N + col] = sum;
+    }""",
+).replace(
+    'block = [16, 16]\ngrid = ["ceil_div(N, block.x)", "ceil_div(M, block.y)"]',
+    'block = [128]\ngrid = ["ceil_div(M * N, 128)"]',
+)
 
 
 def _target(source: str) -> KernelTarget:
@@ -41,6 +64,7 @@ def _fragments(source: str) -> list[str]:
         (SCORES, ["row_major", "col_major"], ("ceil_div(T, 128)", "ceil_div(T, 128)", "BH")),
         # both factors walk down columns of X: A is column-major
         (GRAM, ["col_major", "row_major"], ("ceil_div(d, 128)", "ceil_div(d, 128)")),
+        (FLAT, ["row_major", "row_major"], ("ceil_div(N, 128)", "ceil_div(M, 128)")),
     ],
 )
 def test_a_contraction_of_16_bit_factors_runs_on_the_tensor_cores(
@@ -55,6 +79,7 @@ def test_a_contraction_of_16_bit_factors_runs_on_the_tensor_cores(
 
 
 def test_the_epilogue_and_the_element_types_are_kept() -> None:
+    assert "col = idx % N" in FLAT  # the flat variant was written in
     (half,) = propose(_target(HALF))
     assert "C[row * N + col] = __float2half(sum);" in half.source
     # the elements are copied as stored: 16 bytes at a time (asynchronously), one by one at the edges
