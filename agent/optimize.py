@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from cuda_agent.agent.analysis.normalise import without_else_return
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Baseline, Engine, Progress
 from cuda_agent.agent.llm import LLM_PROPOSER
@@ -27,11 +28,12 @@ def _launch_written(
     propose: Callable[[KernelTarget], list[Candidate]],
 ) -> Callable[[KernelTarget], list[Candidate]]:
     """Idiom rewrites bring their own launch; write it into the file's spec, so that applying the
-    rewrite gives a file that re-reads with the launch it was verified with."""
+    rewrite gives a file that re-reads with the launch it was verified with. They see the kernel with a
+    bounds check's no-op `else { return; }` dropped (agent/analysis/normalise.py)."""
 
     def proposer(target: KernelTarget) -> list[Candidate]:
         written = []
-        for candidate in propose(target):
+        for candidate in propose(without_else_return(target)):
             if candidate.launch is not None:
                 sites = write_launch(target, candidate.launch, candidate.source)
                 candidate = replace(candidate, source=sites.text, notes=sites.notes)

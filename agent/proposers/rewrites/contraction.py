@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values, flat_pieces
 from cuda_agent.agent.analysis.facts import SUM, Access, Loop, ThreadIndex
 from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
-from cuda_agent.agent.analysis.loop_locals import inlined_loop_locals
+from cuda_agent.agent.analysis.normalise import inlined_loop_locals
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.reductions import ADDS, FUSED_MULTIPLY_ADDS, MULTIPLIES
 from cuda_agent.agent.analysis.values import Values, text, unwrap

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, flat_pieces
 from cuda_agent.agent.analysis.facts import Access, Loop, ThreadIndex
 from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
-from cuda_agent.agent.analysis.loop_locals import inlined_loop_locals
+from cuda_agent.agent.analysis.normalise import inlined_loop_locals
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.values import Values, text, unwrap
 from cuda_agent.agent.candidates import Candidate

@@ -1,14 +1,19 @@
-"""A loop's locals written where they are read, before the analysis matches the loop.
+"""Spellings that compute the same written one way, before the analysis matches the kernel.
 
-A first draft often loads each factor into a local of its own before it multiplies them:
-`for (...) { float a = A[row * K + k]; float b = B[k * N + col]; acc += a * b; }`. That is the
-accumulation `acc += (float)(A[row * K + k]) * (float)(B[k * N + col]);`, the spelling the rewrites
-driven by a single statement (a contraction, an implicit GEMM) recognise: each local's value, converted to
-its declared type as the declaration did, replaces its reads. Only where that computes the same: every
-statement of the loop's body but the last declares one initialised local (no `auto`, no pointer or
-array declarator), the values have no side effects (no assignments, increments or calls other than pure
-conversions and loads), and the last statement is an expression; the locals' scope ends with the body.
-The target comes back with the kernel's text changed that way (and its kernel read again), or as it was.
+A rewrite recognises what a kernel computes from one spelling of it; first drafts write the same thing
+several ways. Each function here takes a target and gives it back with its kernel's text respelled (and
+the kernel read again from that text), or as it was; only where the new text computes the same:
+
+- `inlined_loop_locals`: a loop's locals written where they are read. A first draft often loads each
+  factor into a local before it multiplies them: `for (...) { float a = A[row * K + k]; float b =
+  B[k * N + col]; acc += a * b; }` is `acc += (float)(A[row * K + k]) * (float)(B[k * N + col]);`, each
+  value converted to its declared type as the declaration did. Where every statement of the body but the
+  last declares one initialised local (no `auto`, no pointer or array declarator) whose value has no side
+  effects (no assignments, increments or calls other than loads and conversions), and the last statement
+  is an expression; the locals' scope ends with the body.
+- `without_else_return`: the kernel's last statement `if (i < n) { ... } else { return; }` is `if (i <
+  n) { ... }`: returning at the end of the kernel does nothing. The bounds check is then the one the
+  analysis and the rewrites know.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cuda_agent.agent.analysis.values import text
-from cuda_agent.agent.kernels import find_kernels
+from cuda_agent.agent.kernels import Kernel, find_kernels
 from cuda_agent.agent.proposers.tree import KernelTree, kernel_tree, statements, walk
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
@@ -43,16 +48,40 @@ def inlined_loop_locals(target: KernelTarget) -> KernelTarget:
         inlined = _inlined(tree, statements(body))
         if inlined is not None:
             edits.append((body.start_byte, body.end_byte, "{ " + inlined + " }"))
+    return _respelled(target, tree, edits)
+
+
+def without_else_return(target: KernelTarget) -> KernelTarget:
+    """The target without the `else { return; }` of its last statement (see the module), or as it was."""
+    tree = kernel_tree(target)
+    if tree is None:
+        return target
+    body = statements(tree.body)
+    last = body[-1] if body else None
+    alternative = (
+        last.child_by_field_name("alternative") if last is not None and last.type == "if_statement" else None
+    )
+    consequence = last.child_by_field_name("consequence") if last is not None else None
+    if alternative is None or consequence is None:
+        return target
+    branch = [c for c in alternative.named_children if c.type != "comment"]
+    inner = statements(branch[0]) if len(branch) == 1 else [None]
+    if not all(s is not None and s.type == "return_statement" and not s.named_children for s in inner):
+        return target
+    return _respelled(target, tree, [(consequence.end_byte, alternative.end_byte, "")])
+
+
+def _respelled(target: KernelTarget, tree: KernelTree, edits: list[tuple[int, int, str]]) -> KernelTarget:
+    """The target whose file has the edits applied to its kernel, the kernel read again; as it was where
+    there are none, or the kernel cannot be found again."""
     if not edits:
         return target
     source = tree.apply_to_file(edits)
-    kernel = target.kernel
-    found = [
-        k
-        for k in find_kernels(source)
-        if (k.name, k.template_arguments, k.namespace)
-        == (kernel.name, kernel.template_arguments, kernel.namespace)
-    ]
+
+    def identity(k: Kernel) -> tuple[str, str | None, str]:
+        return k.name, k.template_arguments, k.namespace
+
+    found = [k for k in find_kernels(source) if identity(k) == identity(target.kernel)]
     return replace(target, source=source, kernel=found[0]) if len(found) == 1 else target
 
 

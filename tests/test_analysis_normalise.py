@@ -1,13 +1,14 @@
-"""A loop's locals written where they are read (agent/analysis/loop_locals.py): a matmul or a convolution
+"""Spellings normalised before the rewrites match (agent/analysis/normalise.py): a matmul or a convolution
 that loads each factor into a local first gets the same tiled kernels as one that multiplies the loads
-directly; locals whose values have side effects, or bodies that end otherwise, are left as written."""
+directly, and a bounds check ending in `else { return; }` is the bounds check; locals whose values have
+side effects, bodies that end otherwise and an else that does something are left as written."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from cuda_agent.agent.analysis.loop_locals import inlined_loop_locals
+from cuda_agent.agent.analysis.normalise import inlined_loop_locals, without_else_return
 from cuda_agent.agent.proposers.rewrites import contraction, implicit_gemm
 from cuda_agent.agent.targets import KernelTarget, load_targets
 
@@ -91,3 +92,58 @@ def test_locals_are_left_where_writing_them_in_would_change_what_runs(instead: s
         source = source.replace("__global__ void matmul(", helper + "__global__ void matmul(")
     (target,) = [t for t in load_targets(MATMUL, source).targets if t.spec is not None]
     assert inlined_loop_locals(target) is target
+
+
+ROWS = """/* cuda-agent
+[sizes]
+rows = 4096
+cols = 1024
+[args]
+x = { role = "input", dtype = "float32", shape = ["rows", "cols"] }
+y = { role = "output", dtype = "float32", shape = ["rows"] }
+rows = { role = "scalar", dtype = "int32", value = "rows" }
+cols = { role = "scalar", dtype = "int32", value = "cols" }
+[launch]
+block = [256]
+grid = ["ceil_div(rows, 256)"]
+*/
+__global__ void row_sum(const float* x, float* y, int rows, int cols) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        float s = 0.0f;
+        for (int c = 0; c < cols; c++) s += x[r * cols + c];
+        y[r] = s;
+    }ELSE
+}
+"""
+
+
+def _rows(alternative: str) -> KernelTarget:
+    (target,) = load_targets(ROOT / "row_sum.cu", ROWS.replace("ELSE", alternative)).targets
+    assert target.spec is not None
+    return target
+
+
+@pytest.mark.parametrize("alternative", [" else { return; }", " else return;", "\n    else {\n    }"])
+def test_a_bounds_check_ending_in_else_return_is_the_bounds_check(alternative: str) -> None:
+    from cuda_agent.agent.optimize import PROPOSERS
+
+    plain = PROPOSERS["rewrite:warp-per-output"](_rows(""))
+    respelled = without_else_return(_rows(alternative))
+    assert "else" not in respelled.source and respelled.source.count("if (r < rows)") == 1
+    found = PROPOSERS["rewrite:warp-per-output"](_rows(alternative))
+    assert plain and [c.description for c in found] == [c.description for c in plain]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # an else that does something
+        ROWS.replace("ELSE", " else { y[r] = 0.0f; }"),
+        # not the kernel's last statement: returning skips what follows
+        ROWS.replace("ELSE", " else { return; }\n    y[0] = 1.0f;"),
+    ],
+)
+def test_an_else_that_matters_is_kept(source: str) -> None:
+    (target,) = load_targets(ROOT / "row_sum.cu", source).targets
+    assert without_else_return(target) is target
