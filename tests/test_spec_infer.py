@@ -305,3 +305,127 @@ def test_every_example_kernel_has_a_written_or_inferred_spec():
         assert errors == [], path
         for kernel in kernels:
             assert kernel.name in specs or infer_spec(kernel, source)[0] is not None, (path, kernel.name)
+
+
+# -- sizes fixed by the file's #defines ----------------------------------------------------------------
+
+
+def test_a_gemv_with_its_sizes_in_defines_is_one_thread_per_row_at_those_sizes():
+    spec = inferred("""
+        #define ROWS 4096
+        #define COLS 2048
+        #define BLOCK 256
+        __global__ void gemv_fixed(const float* A, const float* x, float* y) {
+            int row = blockIdx.x * blockDim.x + threadIdx.x;
+            if (row < ROWS) {
+                float acc = 0.0f;
+                for (int j = 0; j < COLS; ++j) acc += A[row * COLS + j] * x[j];
+                y[row] = acc;
+            }
+        }""")
+    assert spec.inference_note.startswith("spec inferred from the one-thread-per-row pattern")
+    assert "ROWS = 4096, COLS = 2048 as the file's #defines fix them" in spec.inference_note
+    # the kernel is compiled for these sizes: it runs and is verified at them alone
+    assert spec.sizes == {"ROWS": 4096, "COLS": 2048} and spec.verify_sizes == ({"ROWS": 4096, "COLS": 2048},)
+    # x is read along the loop over the columns: a row's length, not a column's (2048, not 4096)
+    assert roles(spec) == {
+        "A": ("input", ("ROWS", "COLS")),
+        "x": ("input", ("COLS",)),
+        "y": ("output", ("ROWS",)),
+    }
+    assert spec.launch.grid == ("ceil_div(ROWS, block.x)",)
+
+
+def test_an_element_wise_kernel_with_its_length_in_a_define():
+    spec = inferred("""
+        #define N (1 << 20)
+        #define THREADS 256
+        __global__ void scale(const float* in, float* out, float s) {
+            __shared__ float unused[THREADS];
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < N) out[i] = s * in[i];
+        }""")
+    assert spec.sizes == {"N": 1 << 20} and roles(spec)["out"] == ("output", ("N",))
+
+
+@pytest.mark.parametrize(
+    "defines",
+    [
+        # a matmul's three sizes: rows, cols and a depth the 2-D layout has no place for
+        "#define M 512\n#define N 512\n#define K 256",
+        # defined in two branches: which one the compile takes is not known here
+        "#ifdef BIG\n#define M 4096\n#else\n#define M 512\n#endif\n#define N 512\n#define K 256",
+    ],
+)
+def test_sizes_fixed_in_ways_the_layouts_do_not_cover_are_refused(defines: str):
+    spec, note = infer(
+        defines
+        + """
+        __global__ void matmul(const float* A, const float* B, float* C) {
+            int row = blockIdx.y * blockDim.y + threadIdx.y;
+            int col = blockIdx.x * blockDim.x + threadIdx.x;
+            if (row < M && col < N) {
+                float s = 0.0f;
+                for (int k = 0; k < K; ++k) s += A[row * K + k] * B[k * N + col];
+                C[row * N + col] = s;
+            }
+        }"""
+    )
+    assert spec is None and "expected one integer size (n) or two (rows, cols); found 0" in note
+
+
+# -- contractions over three sizes ----------------------------------------------------------------------
+
+MATMUL_3 = """
+    __global__ void matmul(const float* A, const float* B, float* C, int M, int N, int K) {
+        int row = blockIdx.y * blockDim.y + threadIdx.y;
+        int col = blockIdx.x * blockDim.x + threadIdx.x;
+        if (row < M && col < N) {
+            float sum = 0.0f;
+            for (int k = 0; k < K; k++) sum += A[row * K + k] * B[k * N + col];
+            C[row * N + col] = sum;
+        }
+    }"""
+
+
+def test_a_matmul_with_three_sizes_is_a_2d_contraction():
+    spec = inferred(MATMUL_3)
+    assert spec.inference_note.startswith("spec inferred from the 2-D contraction pattern")
+    assert roles(spec) == {
+        "A": ("input", ("M", "K")),
+        "B": ("input", ("K", "N")),
+        "C": ("output", ("M", "N")),
+        "M": ("scalar", ()),
+        "N": ("scalar", ()),
+        "K": ("scalar", ()),
+    }
+    assert spec.sizes == {"M": 1024, "N": 1024, "K": 1024}
+    assert spec.verify_sizes == ({"M": 129, "N": 67, "K": 100},)  # ragged tiles every way
+    assert spec.launch.block == (16, 16)
+    assert spec.launch.grid == ("ceil_div(N, block.x)", "ceil_div(M, block.y)")
+
+
+def test_the_shapes_follow_the_indices_whatever_the_names_and_strides():
+    # A . B^T with other names, the parameters in another order, a bias along the columns
+    spec = inferred("""
+        __global__ void linear(float* out, const float* x, const float* w, const float* bias,
+                               int in_features, int batch, int out_features) {
+            int o = blockIdx.x * blockDim.x + threadIdx.x;
+            int b = blockIdx.y * blockDim.y + threadIdx.y;
+            if (b >= batch || o >= out_features) return;
+            float acc = bias[o];
+            for (int i = 0; i < in_features; ++i) acc += x[b * in_features + i] * w[o * in_features + i];
+            out[b * out_features + o] = acc;
+        }""")
+    shapes = {name: shape for name, (_, shape) in roles(spec).items() if shape}
+    assert shapes == {
+        "out": ("batch", "out_features"),
+        "x": ("batch", "in_features"),
+        "w": ("out_features", "in_features"),
+        "bias": ("out_features",),
+    }
+
+
+def test_three_sizes_without_a_loop_to_one_of_them_are_refused():
+    spec, note = infer(MATMUL_3.replace("for (int k = 0; k < K; k++) sum +=", "int k = K - 1; sum +="))
+    assert spec is None and "not a thread per (row, col) compared with two of them and a loop" in note

@@ -7,7 +7,13 @@ Recognised (anything else is refused with a reason, so the user writes a spec):
   over cols (x) and rows (y);
 * row-wise `(..., int rows, int cols)` with a 1-D index: one thread per row (the global index is compared
   with rows), one block per row (blockIdx.x alone indexes rows), one thread per column, or a flattened
-  element-wise loop over rows * cols.
+  element-wise loop over rows * cols;
+* any of these with no integer parameter, its sizes the file's `#define N 1024` constants that the body
+  reads (one or two of them, as above): the kernel is compiled for those sizes, so it is run and verified
+  at them alone;
+* a contraction `(..., int M, int N, int K)` on 2-D blocks: a thread per (row, col), the rows and cols the
+  sizes the y and x indices are compared with, the depth the one a loop counts to; each buffer's shape
+  from the indices it reads (`A[row * K + k]` is M x K, `B[col * K + k]` N x K).
 
 Roles come from the body: a const pointer is an input; a pointer the body writes is an output, or inout
 when it also reads it (`y[i] += ...`, `y[i] = y[i] * 2`, atomics); a pointer only read is an input.
@@ -16,11 +22,12 @@ when it also reads it (`y[i] += ...`, `y[i] = y[i] * 2`, atomics); a pointer onl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.kernels import Kernel, Parameter
 from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases, is_float
+from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
 from cuda_agent.agent.spec.render import CHECK_ADVICE
 from cuda_agent.agent.spec.validate import is_size_name
@@ -87,10 +94,20 @@ def infer_spec(
     analysis = BodyAnalysis(body, {parameter.name for parameter, _ in pointers})
     taken = {parameter.name for parameter in kernel.parameters}
     size_of = {parameter.name: size_name_for(parameter.name, taken) for parameter, _ in int_scalars}
+    fixed, ordered = (
+        _fixed_sizes(body, tree or parse_cuda(source), analysis) if not int_scalars else ({}, False)
+    )
     if len(int_scalars) == 1:
         layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
         layout = _layout_2d([parameter.name for parameter, _ in int_scalars], analysis)
+    elif len(int_scalars) == 3 and analysis.uses_y:
+        layout = _layout_contraction([size_of[parameter.name] for parameter, _ in int_scalars], analysis)
+    elif fixed:
+        names = list(fixed)
+        layout = _layout_1d(names[0], analysis) if len(names) == 1 else _layout_2d(names, analysis, ordered)
+        if not isinstance(layout, str):  # compiled for these sizes: run and verified at them alone
+            layout = replace(layout, sizes=dict(fixed), verify=dict(fixed), summary=_fixed_summary(fixed))
     else:
         names = ", ".join(parameter.name for parameter, _ in int_scalars) or "none"
         return None, f"expected one integer size (n) or two (rows, cols); found {len(int_scalars)} ({names})"
@@ -179,8 +196,9 @@ def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
     )
 
 
-def _layout_2d(names: list[str], analysis: BodyAnalysis) -> _Layout | str:
-    pair = next((p for p in SIZE_PAIRS if set(p) == set(names)), None)
+def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) -> _Layout | str:
+    """`ordered`: `names` are (rows, cols) already (sizes fixed by #defines, see `_fixed_sizes`)."""
+    pair = (names[0], names[1]) if ordered else next((p for p in SIZE_PAIRS if set(p) == set(names)), None)
     if pair is None and len(strides := analysis.row_strides(names)) == 1:
         cols = strides.pop()  # any spelling (N/K, n/emb_size): the one that scales an index is a row's length
         pair = (next(name for name in names if name != cols), cols)
@@ -210,13 +228,104 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis) -> _Layout | str:
         return layout("flattened element-wise", (f"ceil_div({rows} * {cols}, block.x)",), {})
     by_row = {name: (rows,) for name, use in analysis.uses.items() if cols not in use.mentions}
     if rows in compared:
-        return layout("one-thread-per-row", (f"ceil_div({rows}, block.x)",), by_row)
+        # a vector read along a loop over the columns (`x[j]`, j < cols) is a row's length
+        along = {name: (cols,) for name in by_row if analysis.only_along(name, cols, {rows, cols})}
+        return layout("one-thread-per-row", (f"ceil_div({rows}, block.x)",), by_row | along)
     if cols in compared:
         by_column = {name: (cols,) for name, use in analysis.uses.items() if rows not in use.mentions}
         return layout("one-thread-per-column", (f"ceil_div({cols}, block.x)",), by_column)
     if analysis.block_indices:
         return layout("one-block-per-row", (rows,), by_row)
     return f"could not tell how threads map to {rows} and {cols} (no index compared with either)"
+
+
+CONTRACTION_SIZE, CONTRACTION_VERIFY = 1024, (129, 67, 100)  # a 2 GFLOP product; odd, ragged tiles
+
+
+def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | str:
+    """A thread per (row, col) of a product over a loop: see the module."""
+    sizes = set(names)
+    bound = {
+        var: found.pop()
+        for var, bounds in analysis.variable_bounds.items()
+        if len(found := bounds & sizes) == 1
+    }
+    by_axis = {
+        axis: {bound[v] for v in analysis.index_axes.get(axis, ()) if v in bound} for axis in ("x", "y")
+    }
+    loops = {bound[v] for v in analysis.loop_variables if v in bound}
+    if any(len(found) != 1 for found in by_axis.values()) or len(loops) != 1:
+        listed = ", ".join(names)
+        return (
+            f"three integer parameters ({listed}): not a thread per (row, col) compared with two of them and "
+            "a loop to the third"
+        )
+    (rows,), (cols,), (depth,) = by_axis["y"], by_axis["x"], loops
+    if len({rows, cols, depth}) != 3:
+        return (
+            f"three integer parameters ({', '.join(names)}): the rows, cols and depth are not three of them"
+        )
+    shape_of: dict[str, tuple[str, ...]] = {}
+    for pointer, use in analysis.uses.items():
+        dims = sorted({bound[v] for v in use.mentions if v in bound}, key=names.index)
+        strides = use.mentions & sizes & set(dims)
+        if len(dims) == 1:
+            shape_of[pointer] = (dims[0],)
+        elif len(dims) == 2 and len(strides) == 1:  # `row * K + k`: the size that scales nothing is the outer
+            inner = strides.pop()
+            shape_of[pointer] = (next(d for d in dims if d != inner), inner)
+        elif use.read or use.written:
+            return f"could not tell the shape of {pointer} from its indices"
+    sizes_at = {rows: CONTRACTION_SIZE, cols: CONTRACTION_SIZE, depth: CONTRACTION_SIZE}
+    return _Layout(
+        pattern="2-D contraction",
+        summary=f"{rows} × {cols} outputs summed over {depth}, each {CONTRACTION_SIZE}, block 16 × 16",
+        sizes=sizes_at,
+        verify=dict(zip((rows, cols, depth), CONTRACTION_VERIFY, strict=True)),
+        block=(16, 16),
+        grid=(f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)"),
+        shape_of=shape_of,
+        full_shape=(rows, cols),
+    )
+
+
+def _fixed_sizes(body: Node, tree: Tree, analysis: BodyAnalysis) -> tuple[dict[str, int], bool]:
+    """The sizes of a kernel with no integer parameter, from the file's `#define NAME <integer>` constants
+    the body reads: one compared with a global thread index (`if (i < N)`), with at most one other that
+    bounds a loop (`j < COLS`: rows, cols, in that order, so True), or two compared with thread indices
+    (`row < M && col < N`, ordered as parameters would be, so False). Empty where they are otherwise (a
+    TILE or BLOCK_SIZE is no size), or where one of them is defined twice or is no positive integer."""
+    read = {_text(node) for node in walk(body) if node.type == "identifier"}
+    values: dict[str, int | None] = {}
+    for node in walk(tree.root_node):
+        if node.type != "preproc_def":
+            continue
+        name = _text(node.child_by_field_name("name"))
+        # tree-sitter keeps a line comment in the macro's text (`#define M 1024 // rows`)
+        value = _text(node.child_by_field_name("value")).split("//")[0].strip()
+        if name not in read or not is_size_name(name):
+            continue
+        try:
+            number = evaluate(value, {}) if value else None
+        except (ExpressionError, ArithmeticError):
+            number = None
+        values[name] = number if name not in values and number is not None and number > 0 else None
+    constants = {name: number for name, number in values.items() if number is not None}
+    bounding = analysis.compared_with_global_index | analysis.loop_bound_names
+    if any(number is None and name in bounding for name, number in values.items()):
+        return {}, False  # a size whose value is not known here: the others alone would be the wrong shape
+    compared = [name for name in constants if name in analysis.compared_with_global_index]
+    bounds = [name for name in constants if name in analysis.loop_bound_names and name not in compared]
+    if len(compared) == 2 and not bounds:
+        return {name: constants[name] for name in compared}, False
+    if len(compared) == 1 and len(bounds) <= 1:
+        return {name: constants[name] for name in compared + bounds}, True
+    return {}, False
+
+
+def _fixed_summary(fixed: Mapping[str, int]) -> str:
+    sizes = ", ".join(f"{name} = {value}" for name, value in fixed.items())
+    return f"{sizes} as the file's #defines fix them, so verified at those sizes only"
 
 
 def size_name_for(parameter: str, taken: set[str]) -> str:
@@ -436,12 +545,52 @@ class BodyAnalysis:
             if {"blockIdx"} <= self._roots(value) and "threadIdx" not in self._roots(value)
         }
         self.compared_with_global_index = self._compared(nodes)
+        self._loop_bounds = self._bounds_of_loops(nodes)
+        self.loop_variables = set(self._loop_bounds)
+        # each variable -> the identifiers it is compared with (a loop's bound, a bounds check's size)
+        self.variable_bounds = self._bounds_of_indices(nodes)
+        for name, bounds in self._loop_bounds.items():
+            self.variable_bounds.setdefault(name, set()).update(bounds)
+        # axis -> the global indices along it (`row = blockIdx.y * blockDim.y + threadIdx.y` is along y)
+        self.index_axes: dict[str, set[str]] = {}
+        for name, value in self.definitions:
+            if name in self.global_indices:
+                for axis in {a for n in walk(value) if (found := _builtin_axis(n)) for a in found[1:]}:
+                    self.index_axes.setdefault(axis, set()).add(name)
+        self.loop_bound_names = {name for bounds in self._loop_bounds.values() for name in bounds}
         self._nodes = nodes
         self.aliases = self._aliases(nodes, pointers)
         self.uses = {name: _Use() for name in pointers}
         for node in nodes:
             if node.type == "identifier" and (owner := self.aliases.get(_text(node))):
                 self._record(node, self.uses[owner])
+
+    def _bounds_of_indices(self, nodes: list[Node]) -> dict[str, set[str]]:
+        """Each global index -> the identifiers a comparison puts it against (`row < M`)."""
+        bounds: dict[str, set[str]] = {}
+        for node in nodes:
+            operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
+            if operator is None or _text(operator) not in _COMPARISONS:
+                continue
+            sides = [node.child_by_field_name("left"), node.child_by_field_name("right")]
+            for side, other in (sides, sides[::-1]):
+                if side is not None and other is not None and _text(unwrapped(side)) in self.global_indices:
+                    bounds.setdefault(_text(unwrapped(side)), set()).update(self._identifiers(other))
+        return bounds
+
+    def _bounds_of_loops(self, nodes: list[Node]) -> dict[str, set[str]]:
+        """Each for loop's variable -> the identifiers its condition compares it with (`j < cols`)."""
+        bounds: dict[str, set[str]] = {}
+        for node in nodes:
+            if node.type != "for_statement":
+                continue
+            condition = node.child_by_field_name("condition")
+            if condition is None or condition.type != "binary_expression":
+                continue
+            left, right = condition.child_by_field_name("left"), condition.child_by_field_name("right")
+            if left is not None and right is not None and unwrapped(left).type == "identifier":
+                bounds.setdefault(_text(unwrapped(left)), set()).update(self._identifiers(right))
+        return bounds
 
     @staticmethod
     def _definitions(nodes: list[Node]) -> list[tuple[str, Node]]:
@@ -495,6 +644,14 @@ class BodyAnalysis:
                 if self._is_global_index(side) or self._identifiers(side) & self.global_indices:
                     compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
+
+    def only_along(self, pointer: str, size: str, sizes: set[str]) -> bool:
+        """Whether every index of the pointer reads only loop variables bounded by `size` (`for (int j = 0;
+        j < cols; ...) ... x[j]`) and sizes, nothing the threads are told apart by."""
+        read = self.uses[pointer].mentions - sizes
+        bounded = {name for name, bounds in self._loop_bounds.items() if size in bounds}
+        indices = self.global_indices | self.block_indices | {"threadIdx", "blockIdx"}
+        return bool(read) and read <= bounded and not self._expanded(read) & indices
 
     def row_strides(self, sizes: Iterable[str]) -> set[str]:
         """The sizes that scale an index (`row * K + col`, `x + t * emb_size`): a row's length, whatever its
