@@ -521,6 +521,18 @@ class _Body:
         return self._parent.get(node.id)
 
 
+def _compared_pairs(nodes: list[Node]) -> Iterator[tuple[Node, Node]]:
+    """(one side, the other) of every comparison among `nodes`, both ways round."""
+    for node in nodes:
+        operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
+        if operator is None or _text(operator) not in _COMPARISONS:
+            continue
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if left is not None and right is not None:
+            yield left, right
+            yield right, left
+
+
 class BodyAnalysis:
     """Facts about a kernel body that the patterns need."""
 
@@ -568,14 +580,9 @@ class BodyAnalysis:
     def _bounds_of_indices(self, nodes: list[Node]) -> dict[str, set[str]]:
         """Each global index -> the identifiers a comparison puts it against (`row < M`)."""
         bounds: dict[str, set[str]] = {}
-        for node in nodes:
-            operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
-            if operator is None or _text(operator) not in _COMPARISONS:
-                continue
-            sides = [node.child_by_field_name("left"), node.child_by_field_name("right")]
-            for side, other in (sides, sides[::-1]):
-                if side is not None and other is not None and _text(unwrapped(side)) in self.global_indices:
-                    bounds.setdefault(_text(unwrapped(side)), set()).update(self._identifiers(other))
+        for side, other in _compared_pairs(nodes):
+            if _text(unwrapped(side)) in self.global_indices:
+                bounds.setdefault(_text(unwrapped(side)), set()).update(self._identifiers(other))
         return bounds
 
     def _bounds_of_loops(self, nodes: list[Node]) -> dict[str, set[str]]:
@@ -633,16 +640,9 @@ class BodyAnalysis:
     def _compared(self, nodes: list[Node]) -> set[str]:
         """Identifiers compared with a global thread index (`if (row < rows)`, `i < rows * cols`)."""
         compared: set[str] = set()
-        for node in nodes:
-            operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
-            if operator is None or _text(operator) not in _COMPARISONS:
-                continue
-            sides = [node.child_by_field_name("left"), node.child_by_field_name("right")]
-            for side, other in (sides, sides[::-1]):
-                if side is None or other is None:
-                    continue
-                if self._is_global_index(side) or self._identifiers(side) & self.global_indices:
-                    compared |= self._expanded(self._identifiers(other)) - self.global_indices
+        for side, other in _compared_pairs(nodes):
+            if self._is_global_index(side) or self._identifiers(side) & self.global_indices:
+                compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
 
     def only_along(self, pointer: str, size: str, sizes: set[str]) -> bool:
