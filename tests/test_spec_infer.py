@@ -429,3 +429,45 @@ def test_the_shapes_follow_the_indices_whatever_the_names_and_strides():
 def test_three_sizes_without_a_loop_to_one_of_them_are_refused():
     spec, note = infer(MATMUL_3.replace("for (int k = 0; k < K; k++) sum +=", "int k = K - 1; sum +="))
     assert spec is None and "not a thread per (row, col) compared with two of them and a loop" in note
+
+
+# -- one size on 2-D blocks -------------------------------------------------------------------------------
+
+SQUARE_MATMUL = """
+    __global__ void matmul(const float* A, const float* B, float* C, int N) {
+        int row = blockIdx.y * blockDim.y + threadIdx.y;
+        int col = blockIdx.x * blockDim.x + threadIdx.x;
+        if (row < N && col < N) {
+            float s = 0;
+            for (int k = 0; k < N; ++k) s += A[row * N + k] * B[k * N + col];
+            C[row * N + col] = s;
+        }
+    }"""
+
+
+def test_a_square_matmul_with_one_size_is_n_by_n_at_a_cubic_friendly_size():
+    spec = inferred(SQUARE_MATMUL)
+    assert spec.inference_note.startswith("spec inferred from the square 2-D contraction pattern")
+    assert spec.sizes == {"N": 1024} and spec.verify_sizes == ({"N": 129},)
+    assert {name: shape for name, (_, shape) in roles(spec).items() if shape} == {
+        "A": ("N", "N"),
+        "B": ("N", "N"),
+        "C": ("N", "N"),
+    }
+    assert spec.launch.grid == ("ceil_div(N, block.x)", "ceil_div(N, block.y)")
+
+
+def test_a_square_element_wise_kernel_with_one_size():
+    spec = inferred("""
+        __global__ void madd(const float* a, const float* b, float* c, int n) {
+            int i = blockIdx.y * blockDim.y + threadIdx.y;
+            int j = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n && j < n) c[i * n + j] = a[i * n + j] + b[i * n + j];
+        }""")
+    assert spec.inference_note.startswith("spec inferred from the square 2-D pattern")
+    assert spec.sizes == {"n": 4096} and roles(spec)["c"] == ("output", ("n", "n"))
+
+
+def test_one_size_on_2d_blocks_without_both_indices_bounded_by_it_is_refused():
+    spec, note = infer(SQUARE_MATMUL.replace("if (row < N && col < N)", "if (row < N)"))
+    assert spec is None and "but the signature has one size (N)" in note

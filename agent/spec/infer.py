@@ -11,6 +11,8 @@ Recognised (anything else is refused with a reason, so the user writes a spec):
 * any of these with no integer parameter, its sizes the file's `#define N 1024` constants that the body
   reads (one or two of them, as above): the kernel is compiled for those sizes, so it is run and verified
   at them alone;
+* one size `n` on 2-D blocks, both indices compared with it: an n x n square (a square matmul when a
+  loop also counts to n);
 * a contraction `(..., int M, int N, int K)` on 2-D blocks: a thread per (row, col), the rows and cols the
   sizes the y and x indices are compared with, the depth the one a loop counts to; each buffer's shape
   from the indices it reads (`A[row * K + k]` is M x K, `B[col * K + k]` N x K).
@@ -181,7 +183,7 @@ class _Layout:
 
 def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
     if analysis.uses_y:
-        return f"the body indexes in 2-D (threadIdx.y/blockIdx.y) but the signature has one size ({n})"
+        return _layout_square(n, analysis)
     if not analysis.global_indices:
         return "no element-wise index (blockIdx.x * blockDim.x + threadIdx.x) in the body"
     return _Layout(
@@ -240,6 +242,27 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
 
 
 CONTRACTION_SIZE, CONTRACTION_VERIFY = 1024, (129, 67, 100)  # a 2 GFLOP product; odd, ragged tiles
+SQUARE_VERIFY = 129
+
+
+def _layout_square(n: str, analysis: BodyAnalysis) -> _Layout | str:
+    """One size on 2-D blocks: an n x n square whose y and x indices are both compared with n (a matrix
+    sum, or a square matmul when a loop also counts to n: then 1024, its work is cubic)."""
+    bound = {var for var, bounds in analysis.variable_bounds.items() if n in bounds}
+    if not all(analysis.index_axes.get(axis, set()) & bound for axis in ("x", "y")):
+        return f"the body indexes in 2-D (threadIdx.y/blockIdx.y) but the signature has one size ({n})"
+    cubic = bool(bound & analysis.loop_variables)
+    size = CONTRACTION_SIZE if cubic else ROWS_2D
+    return _Layout(
+        pattern="square 2-D" + (" contraction" if cubic else ""),
+        summary=f"{n} × {n} = {size} × {size}, block 16 × 16",
+        sizes={n: size},
+        verify={n: SQUARE_VERIFY},
+        block=(16, 16),
+        grid=(f"ceil_div({n}, block.x)", f"ceil_div({n}, block.y)"),
+        shape_of={name: (n,) for name, use in analysis.uses.items() if analysis.only_along(name, n, {n})},
+        full_shape=(n, n),
+    )
 
 
 def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | str:
