@@ -117,6 +117,19 @@ def test_a_matmul_spelled_with_fused_multiply_adds_gets_the_same_kernels(spelled
 
 
 @needs_compiler
+def test_a_file_defining_the_tile_names_as_macros_still_compiles() -> None:
+    # a GEMM tutorial's file defines BM, BN and BK for its own tiled kernels: the template's locals must
+    # not take names a macro would expand inside them
+    path = ROOT / "bench" / "kernels" / "matmul_naive.cu"
+    source = path.read_text()
+    defined = "#define BM 64\n#define BN 64\n#define BK 8\n#define TILE(i) ((i) * 2)\n"
+    target = load_targets(path, defined + source).find("matmul")
+    assert target is not None
+    candidates = check(target, propose)
+    assert candidates and all("constexpr int BM_ = " in c.source for c in vectorised(candidates))
+
+
+@needs_compiler
 def test_naive_matmul_becomes_tiled_sgemm() -> None:
     target = load_targets(ROOT / "bench" / "kernels" / "matmul_naive.cu").find("matmul")
     assert target is not None

@@ -48,9 +48,20 @@ class KernelTree:
         return next((p for p in self.target.kernel.parameters if p.name == name), None)
 
     def names(self) -> set[str]:
-        """Every identifier the kernel (signature and body) uses: the names a template must not take."""
+        """Every identifier the kernel (signature and body) uses, and every macro the file defines (a GEMM
+        tutorial's `#define BM 64` would expand inside a template's `constexpr int BM`): the names a
+        template must not take."""
         names = {p.name for p in self.target.kernel.parameters}
-        return names | identifiers(self.body)
+        root = self.definition
+        while root.parent is not None:
+            root = root.parent
+        macros = {
+            self.text(name)
+            for node in walk(root)
+            if node.type in ("preproc_def", "preproc_function_def")
+            and (name := node.child_by_field_name("name")) is not None
+        }
+        return names | identifiers(self.body) | macros
 
     def indent_at(self, byte: int) -> str:
         """The whitespace that starts the line holding `byte`."""
