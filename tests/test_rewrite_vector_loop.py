@@ -110,6 +110,8 @@ def test_an_element_read_only_within_its_own_bound_is_loaded_only_where_the_whol
         "y[r * cols + c] = x[c * rows + r];",  # down a column
         "y[r * cols + c] = x[r * cols + c]; if (x[r * cols + c] < 0) break;",  # an early exit
         "y[r * cols + c] = y[r * cols + c - 1] + x[r * cols + c];",  # reads another iteration's store
+        # already 16 bytes a step, through a cast: the parameter's elements are not what is read
+        "float4 v = ((const float4*)x)[r * cols + c]; y[r * cols + c] = v.x + v.y + v.z + v.w;",
     ],
 )
 def test_not_offered_where_the_elements_are_not_consecutive_and_independent(body: str) -> None:

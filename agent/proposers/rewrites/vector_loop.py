@@ -106,6 +106,8 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
     for access in accesses:
         if access.stride(loop.variable) != Form.constant(1) or access.node.type != "subscript_expression":
             raise _Unsupported(f"{access.array} is not read at base + {loop.variable}")
+        if _cast(access.node):  # `((int4*)input)[i]`: its elements are not the parameter's
+            raise _Unsupported(f"{access.array} is read through a pointer cast")
     for array in {a.array for a in accesses if a.write}:
         # Another thread now takes each element: only this loop, at this one offset, may touch it.
         if len({a.offset.text() for a in accesses if a.array == array}) != 1 or any(
@@ -116,6 +118,14 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
     first, element = names[f"{loop.variable}0"], names["e"]
     streams = _streams(tree, loop, accesses, first, taken, width)
     return _edits(tree, loop, streams, position, width, first, element), width
+
+
+def _cast(subscript: Node) -> bool:
+    """Whether the subscripted pointer is a cast of another (`((int4*)x)[i]`)."""
+    argument = subscript.child_by_field_name("argument")
+    while argument is not None and argument.type == "parenthesized_expression" and argument.named_children:
+        argument = argument.named_children[0]
+    return argument is not None and argument.type == "cast_expression"
 
 
 def _base(node: Node) -> str:
