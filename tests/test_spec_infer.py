@@ -471,3 +471,19 @@ def test_a_square_element_wise_kernel_with_one_size():
 def test_one_size_on_2d_blocks_without_both_indices_bounded_by_it_is_refused():
     spec, note = infer(SQUARE_MATMUL.replace("if (row < N && col < N)", "if (row < N)"))
     assert spec is None and "but the signature has one size (N)" in note
+
+
+def test_2d_indices_stepped_by_a_constant_tile_are_refused():
+    # the block must be TILE x TILE for this kernel to cover its square: no block can be guessed
+    spec, note = infer("""
+        #define TILE 32
+        __global__ void transpose(const float* in, float* out, int n) {
+            __shared__ float tile[TILE][TILE + 1];
+            int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;
+            if (x < n && y < n) tile[threadIdx.y][threadIdx.x] = in[y * n + x];
+            __syncthreads();
+            x = blockIdx.y * TILE + threadIdx.x;
+            y = blockIdx.x * TILE + threadIdx.y;
+            if (x < n && y < n) out[y * n + x] = tile[threadIdx.x][threadIdx.y];
+        }""")
+    assert spec is None and "step blocks by a constant (blockIdx.x * TILE), not blockDim" in note

@@ -243,6 +243,10 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
 
 CONTRACTION_SIZE, CONTRACTION_VERIFY = 1024, (129, 67, 100)  # a 2 GFLOP product; odd, ragged tiles
 SQUARE_VERIFY = 129
+_STEPPED_BY_A_CONSTANT = (
+    "its 2-D indices step blocks by a constant (blockIdx.x * TILE), not blockDim: the block it needs is not "
+    "known; write a spec"
+)
 
 
 def _layout_square(n: str, analysis: BodyAnalysis) -> _Layout | str:
@@ -251,6 +255,8 @@ def _layout_square(n: str, analysis: BodyAnalysis) -> _Layout | str:
     bound = {var for var, bounds in analysis.variable_bounds.items() if n in bounds}
     if not all(analysis.index_axes.get(axis, set()) & bound for axis in ("x", "y")):
         return f"the body indexes in 2-D (threadIdx.y/blockIdx.y) but the signature has one size ({n})"
+    if not analysis.block_sized(bound):
+        return _STEPPED_BY_A_CONSTANT
     cubic = bool(bound & analysis.loop_variables)
     size = CONTRACTION_SIZE if cubic else ROWS_2D
     return _Layout(
@@ -284,6 +290,8 @@ def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | s
             "a loop to the third"
         )
     (rows,), (cols,), (depth,) = by_axis["y"], by_axis["x"], loops
+    if not analysis.block_sized(set(bound)):
+        return _STEPPED_BY_A_CONSTANT
     if len({rows, cols, depth}) != 3:
         return (
             f"three integer parameters ({', '.join(names)}): the rows, cols and depth are not three of them"
@@ -667,6 +675,16 @@ class BodyAnalysis:
             if self._is_global_index(side) or self._identifiers(side) & self.global_indices:
                 compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
+
+    def block_sized(self, indices: set[str]) -> bool:
+        """Whether every definition of these global indices steps blocks by blockDim (`blockIdx.x *
+        blockDim.x + threadIdx.x`), so that any block covers the range; `blockIdx.x * TILE + threadIdx.x`
+        needs a block of TILE threads."""
+        return all(
+            "blockDim" in self._identifiers(value)
+            for name, value in self.definitions
+            if name in indices & self.global_indices
+        )
 
     def only_along(self, pointer: str, size: str, sizes: set[str]) -> bool:
         """Whether every index of the pointer reads only loop variables bounded by `size` (`for (int j = 0;
