@@ -354,7 +354,9 @@ def test_a_row_major_gemv_through_a_helper_is_split() -> None:
     )
 
 
-FMA_GEMV = GEMV + """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+FMA_GEMV = (
+    GEMV
+    + """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < M) {
         float sum = 0;
@@ -362,6 +364,7 @@ FMA_GEMV = GEMV + """__global__ void gemv(const float* A, const float* x, float*
         y[i] = sum;
     }
 }"""
+)
 
 
 def test_a_gemv_summing_with_fmaf_is_split() -> None:

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.kernels import Kernel, find_kernels
+from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.proposers.tree import KernelTree, kernel_tree, statements, walk
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
@@ -52,10 +53,22 @@ def inlined_loop_locals(target: KernelTarget) -> KernelTarget:
 
 
 def without_else_return(target: KernelTarget) -> KernelTarget:
-    """The target without the `else { return; }` of its last statement (see the module), or as it was."""
+    """The target without the `else { return; }` of its last statement (see the module), or as it was.
+    Every rewrite and idiom asks, for the same target: the answer (the new text and its kernel, or None)
+    is kept, keyed by the kernel's text."""
+    key = (target.source, target.kernel.name, target.kernel.body_span.start_byte)
+    found = _WITHOUT_ELSE_RETURN.get_or_make(key, lambda: _without_else_return(target))
+    return target if found == _UNCHANGED else replace(target, source=found[0], kernel=found[1])
+
+
+_UNCHANGED = ("", None)
+_WITHOUT_ELSE_RETURN: BoundedMemo[tuple[str, str, int], tuple[str, Kernel | None]] = BoundedMemo(256)
+
+
+def _without_else_return(target: KernelTarget) -> tuple[str, Kernel | None]:
     tree = kernel_tree(target)
     if tree is None:
-        return target
+        return _UNCHANGED
     body = statements(tree.body)
     last = body[-1] if body else None
     alternative = (
@@ -63,12 +76,13 @@ def without_else_return(target: KernelTarget) -> KernelTarget:
     )
     consequence = last.child_by_field_name("consequence") if last is not None else None
     if alternative is None or consequence is None:
-        return target
+        return _UNCHANGED
     branch = [c for c in alternative.named_children if c.type != "comment"]
     inner = statements(branch[0]) if len(branch) == 1 else [None]
     if not all(s is not None and s.type == "return_statement" and not s.named_children for s in inner):
-        return target
-    return _respelled(target, tree, [(consequence.end_byte, alternative.end_byte, "")])
+        return _UNCHANGED
+    respelled = _respelled(target, tree, [(consequence.end_byte, alternative.end_byte, "")])
+    return (respelled.source, respelled.kernel) if respelled is not target else _UNCHANGED
 
 
 def _respelled(target: KernelTarget, tree: KernelTree, edits: list[tuple[int, int, str]]) -> KernelTarget:

@@ -311,14 +311,12 @@ def _single(node: Node, name: str) -> _Single | None:
         function, arguments = right.child_by_field_name("function"), right.child_by_field_name("arguments")
         name_of = text(function) if function is not None else ""
         args = [c for c in arguments.named_children if c.type != "comment"] if arguments else []
-        if name_of in _FUNCTIONS and len(args) == 2:
+        if (name_of in _FUNCTIONS or name_of in ADDS) and len(args) == 2:
+            # an add's partials combine with `+`, a max's with the function the user called
+            single = _Single(SUM, "+") if name_of in ADDS else _Single(_FUNCTIONS[name_of], name_of)
             for mine, other in ((args[0], args[1]), (args[1], args[0])):
                 if _is(mine, name) and not _mentions(other, name):
-                    return _Single(_FUNCTIONS[name_of], name_of)
-        if name_of in ADDS and len(args) == 2:
-            for mine, other in ((args[0], args[1]), (args[1], args[0])):
-                if _is(mine, name) and not _mentions(other, name):
-                    return _Single(SUM, "+")
+                    return single
         fused = name_of in FUSED_MULTIPLY_ADDS and len(args) == 3
         if fused and _is(args[2], name) and not (_mentions(args[0], name) or _mentions(args[1], name)):
             return _Single(SUM, "+")

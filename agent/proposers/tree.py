@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import replace_span
@@ -52,16 +53,20 @@ class KernelTree:
         tutorial's `#define BM 64` would expand inside a template's `constexpr int BM`): the names a
         template must not take."""
         names = {p.name for p in self.target.kernel.parameters}
+        return names | identifiers(self.body) | self._macros
+
+    @cached_property
+    def _macros(self) -> frozenset[str]:
+        """The names of the file's #defines: read once a tree, templates ask for fresh names often."""
         root = self.definition
         while root.parent is not None:
             root = root.parent
-        macros = {
+        return frozenset(
             self.text(name)
             for node in walk(root)
             if node.type in ("preproc_def", "preproc_function_def")
             and (name := node.child_by_field_name("name")) is not None
-        }
-        return names | identifiers(self.body) | macros
+        )
 
     def indent_at(self, byte: int) -> str:
         """The whitespace that starts the line holding `byte`."""

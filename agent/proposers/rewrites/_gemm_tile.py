@@ -590,6 +590,22 @@ def skipping_unread(x: Contraction, n: dict[str, str], loop: str) -> str:
 {loop}"""
 
 
+def placed(template: str, r: str, c: str, moving: str, step: int | str = 0) -> str:
+    """A factor's text (`{r}` and `{c}` for its two indices) at the locals `r` and `c`, the one named
+    `moving` `step` further along (the next element of a thread's group)."""
+    shifted = f"({moving} + {step})" if step else moving
+    written = template.replace("{r}", shifted if moving == r else r)
+    return written.replace("{c}", shifted if moving == c else c)
+
+
+def within(outer: str, k: str, moving: str, step: int | str, bound: str, depth: str) -> str:
+    """The condition that a group's element `step` past (`outer`, `k`) along `moving` is in the tile's
+    range: its outer index below `bound`, its k below `depth`."""
+    outer_at = f"{outer} + {step}" if step and moving == outer else outer
+    k_at = f"{k} + {step}" if step and moving == k else k
+    return f"{outer_at} < {bound} && {k_at} < {depth}"
+
+
 def _load(side: _Side, depth: str, k0: str, n: dict[str, str], pad: str) -> str:
     """The side's next tile into its registers, four neighbouring elements a group: one float4 of each
     contiguous load where all four are in range and it is 16-byte aligned, else one element at a time (0
@@ -600,17 +616,13 @@ def _load(side: _Side, depth: str, k0: str, n: dict[str, str], pad: str) -> str:
     moving = inner if factor.k_fast else outer  # the index the four elements of a group differ in
 
     def at(template: str, step: int, vectors: tuple[str, ...] = ()) -> str:
-        shifted = f"({moving} + {step})" if step else moving
-        written = template.replace("{r}", shifted if moving == r else r)
-        written = written.replace("{c}", shifted if moving == c else c)
+        written = placed(template, r, c, moving, step)
         for m, vector in enumerate(vectors):
             written = written.replace(f"{{v{m}}}", f"{vector}.{'xyzw'[step]}")
         return written
 
     def in_range(step: int) -> str:
-        outer_at = f"{outer} + {step}" if step and moving == outer else outer
-        inner_at = f"{inner} + {step}" if step and moving == inner else inner
-        return f"{outer_at} < {side.bound} && {inner_at} < {depth}"
+        return within(outer, inner, moving, step, side.bound, depth)
 
     def one_by_one(indent: str) -> str:
         return "\n".join(

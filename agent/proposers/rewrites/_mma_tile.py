@@ -30,7 +30,9 @@ from cuda_agent.agent.proposers.rewrites._gemm_tile import (
     Contraction,
     Factor,
     output_statements,
+    placed,
     skipping_unread,
+    within,
 )
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
@@ -144,19 +146,12 @@ def description(contraction: Contraction, dtype: str) -> str:
 
 
 def mma_tiles(names: dict[str, str], contraction: Contraction, a: Element, b: Element) -> str:
-    """The kernel's body: its locals named as `template_names` says."""
+    """The kernel's body, its locals named as `mma_candidate` chose (`MMA_LOCALS`)."""
     n, x = names, contraction
     fragment_type, _, convert = TYPES[a.dtype]
     bm, bn, bk, t, kk, i, j, e = n["BM"], n["BN"], n["BK"], n["t"], n["kk"], n["i"], n["j"], n["e"]
     tid, acc, tiles, staged = n["tid"], n["acc"], f"{n['smem']}.{n['tiles']}", f"{n['smem']}.{n['staged']}"
     r, c, v = n["r"], n["c"], n["v"]
-
-    def at(side: Element, moving: str, step: str) -> str:
-        """The side's element with `{r}`/`{c}` in place, the index `moving` (r or c) `step` further."""
-        shifted = {r: r, c: c}
-        if step:
-            shifted[moving] = f"({moving} + {step})"
-        return side.at.replace("{r}", shifted[r]).replace("{c}", shifted[c])
 
     def stored(value: str, side: Element) -> str:
         return value if side.direct else f"{convert}(static_cast<float>({value}))"
@@ -178,14 +173,12 @@ def mma_tiles(names: dict[str, str], contraction: Contraction, a: Element, b: El
         slot = f"&{tile}[{outer}][{inner}]" if factor.k_fast else f"&{tile}[{inner}][{outer}]"
 
         def in_range(step: str) -> str:
-            outer_at = f"{outer_index} + {step}" if step and moving == outer_index else outer_index
-            k_at = f"{k} + {step}" if step and moving == k else k
-            return f"{outer_at} < {bound} && {k_at} < {x.depth}"
+            return within(outer_index, k, moving, step, bound, x.depth)
 
-        one = f"({in_range(v)}) ? {stored(at(side, moving, v), side)} : {convert}(0.0f)"
+        one = f"({in_range(v)}) ? {stored(placed(side.at, r, c, moving, v), side)} : {convert}(0.0f)"
         copy = ""
         if factor.vector_at is not None:  # the factor's loads are contiguous along `moving`
-            address = f"&({at(side, moving, '')})"
+            address = f"&({placed(side.at, r, c, moving)})"
             copy = f"""\
 {pad}    if ({in_range("7")} && reinterpret_cast<unsigned long long>({address}) % 16 == 0) {{
 {pad}        __pipeline_memcpy_async({n["to"]}, {address}, 16);

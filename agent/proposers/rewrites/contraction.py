@@ -43,6 +43,7 @@ from cuda_agent.agent.proposers.rewrites._gemm_tile import (
 from cuda_agent.agent.proposers.rewrites._mma_tile import element, mma_candidate
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
+    arguments,
     identifiers_in,
     local_names,
     statements,
@@ -453,10 +454,8 @@ def _called(node: Node) -> tuple[str, list[Node]] | None:
     """(the function's name, the arguments) of a call."""
     if node.type != "call_expression":
         return None
-    function, arguments = node.child_by_field_name("function"), node.child_by_field_name("arguments")
-    if function is None or arguments is None:
-        return None
-    return text(function), [a for a in arguments.named_children if a.type != "comment"]
+    function = node.child_by_field_name("function")
+    return (text(function), arguments(node)) if function is not None else None
 
 
 def _fast_along_k(loads: list[Access], factors: list[Node], lane: str, k: str, default: bool) -> bool:
