@@ -48,8 +48,9 @@ class Shape:
     splits: int = 1
 
     def __post_init__(self) -> None:
-        if self.splits > 1 and not (self.vector and self.quads_m == 1):
-            raise ValueError("a split sum needs vector_tiles' 64-row tiles: its partials pass through staged")
+        # the groups' partial sums pass through `staged`: it must hold the whole tile
+        if self.splits > 1 and not (self.vector and staged_rows(self.tile[1]) == self.tile[0]):
+            raise ValueError("a split sum needs a tile that vector_tiles' staging buffer holds whole")
 
     @property
     def tile(self) -> tuple[int, int]:
@@ -58,6 +59,12 @@ class Shape:
     @property
     def threads(self) -> int:
         return THREADS * self.splits
+
+
+def staged_rows(tile_n: int) -> int:
+    """The rows of a tile `vector_tiles` passes through shared memory at once: 64 where they fit the
+    static 48 KiB (half of a thread's sums are then no longer live while the epilogue runs), else 32."""
+    return 64 if 64 * (tile_n + 4) * 4 <= STAGED_BYTES else 32
 
 
 # 64x64 tiles with the sum split between 2 and 4 groups of threads (512 and 1024 threads a block, 64
@@ -455,10 +462,8 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     per_output = output_statements(x, " " * 16, f"{staged}[{n['lr']}][{n['lc']}]", placed=True)
     per_output = per_output.lstrip("\n")  # no declarations before the check
     quad = [f"{accum}[{n['e']}][4 * {q} + {step}]" for step in range(4)]
-    staged_rows = 64 if 64 * (tile_n + 4) * 4 <= STAGED_BYTES else 32
-    rows_of_quads = staged_rows // 16  # of a thread's 4 rows in a 64-row slab, those staged at once
-    if splits > 1 and staged_rows != tile_m:
-        raise ValueError("a split sum's partials pass through staged: it must hold the whole tile")
+    slab = staged_rows(tile_n)
+    rows_of_quads = slab // 16  # of a thread's 4 rows in a 64-row slab, those staged at once
     groups = f"[{splits}]" if splits > 1 else ""
     staged_at = f"{staged}[{j} * 16 + {n['ty']}][{q} * 64 + {n['tx']} * 4]"
     staging = (
@@ -528,7 +533,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
             float {n["As"]}{groups}[2][{bk}][{bm} + 4];  // +4: a k-fast factor's transposed stores miss each other
             float {n["Bs"]}{groups}[2][{bk}][{bn} + 4];
         }} {n["tiles"]};
-        float {n["staged"]}[{staged_rows}][{bn} + 4];  // the finished outputs, on their way out
+        float {n["staged"]}[{slab}][{bn} + 4];  // the finished outputs, on their way out
     }} {n["smem"]};
 
 {thread}
@@ -540,7 +545,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
 
 {loop}
 {reduction}
-    // The outputs leave through shared memory, {staged_rows} rows of the tile at a time, so that a warp runs
+    // The outputs leave through shared memory, {slab} rows of the tile at a time, so that a warp runs
     // the user's statements on 32 neighbouring outputs of one row: coalesced, whatever they load or
     // store. The last barrier above (or none, for a skipped tile) leaves the tiles free to overwrite.
     #pragma unroll
@@ -555,7 +560,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
 {staging}
             }}
             __syncthreads();
-            for (int {s} = 0; {s} < {staged_rows} * {bn} / {block}; ++{s}) {{
+            for (int {s} = 0; {s} < {slab} * {bn} / {block}; ++{s}) {{
                 const int {n["f"]} = {first} + {s} * {block};
                 const int {n["lr"]} = {n["f"]} / {bn}, {n["lc"]} = {n["f"]} % {bn};  // in the staged rows
                 const int {row} = {n["row0"]} + {i} * 64 + ({n["lr"]} % 16) * 4 + {n["part"]} * {rows_of_quads} + {n["lr"]} / 16;
