@@ -61,6 +61,17 @@ def busy(pool: RayPool) -> None:
         time.sleep(0.05)
 
 
+def kill_session(leader: int) -> None:
+    """SIGKILL every process of the session `leader` started: a node's raylet and its actors, at once.
+    (killpg is not enough: Ray puts each actor's worker in a process group of its own, and an actor whose
+    raylet died keeps answering for a while.)"""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getsid(int(entry.name)) == leader:
+                    os.kill(int(entry.name), signal.SIGKILL)
+
+
 def live_gpus() -> float:
     return sum(n["Resources"].get("GPU", 0) for n in ray.nodes() if n["Alive"])
 
@@ -172,7 +183,7 @@ def test_a_node_that_leaves_costs_only_its_requests_in_flight(
         runner.start()
         busy(engine.executor)  # type: ignore[arg-type]
         assert runner.is_alive(), "the run ended before the node left: it proves nothing"
-        os.killpg(node.pid, signal.SIGKILL)  # the node's raylet and its workers, at once
+        kill_session(node.pid)  # the node leaves: its raylet and its actors, at once
         runner.join(timeout=300)
         try:
             assert not runner.is_alive(), "the run did not complete after a node left"
@@ -180,8 +191,7 @@ def test_a_node_that_leaves_costs_only_its_requests_in_flight(
         finally:
             engine.close()
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(node.pid, signal.SIGKILL)
+        kill_session(node.pid)
         node.wait()
         # Until the cluster notices the node is gone it still counts its GPUs: the next test would start
         # actors there that are never placed.
