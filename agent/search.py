@@ -31,6 +31,7 @@ from cuda_agent.agent.proposers.rewrites import (
     max_then_sum,
     promote,
     row_loop,
+    row_stage,
     shared_loop,
     vector_loop,
     warp_per_output,
@@ -49,8 +50,11 @@ LAUNCH_CONFIG = "launch-config"
 # moved from memory into a register is a reduction the other rewrites can take on.
 FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     LAUNCH_CONFIG: ("launch-bounds",),
-    warp_per_output.PROPOSER: (vector_loop.PROPOSER,),
+    # ... and a row its passes each read is then worth reading once, into shared memory
+    warp_per_output.PROPOSER: (vector_loop.PROPOSER, row_stage.PROPOSER),
     shared_loop.PROPOSER: (vector_loop.PROPOSER,),
+    # the passes then read the staged row: 16 bytes at a time like any row
+    row_stage.PROPOSER: (vector_loop.PROPOSER,),
     # a thread standing for several may still leave thread 0 a loop the (smaller) block can share
     block_coarsen.PROPOSER: (shared_loop.PROPOSER,),
     # the carry from the blocks before: the block's own scan is then the kernel's remaining cost
@@ -83,6 +87,7 @@ CHAINED = (
     fuse_passes.PROPOSER,
     max_then_sum.PROPOSER,
     warp_per_output.PROPOSER,
+    row_stage.PROPOSER,
     shared_loop.PROPOSER,
     block_coarsen.PROPOSER,
     block_to_loop.PROPOSER,

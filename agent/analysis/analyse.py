@@ -31,7 +31,7 @@ from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.sandbox.plan import DTYPE_BYTES
 from tree_sitter import Node
 
-_ELEMENT_BYTES = {
+ELEMENT_BYTES = {
     "float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "uint32_t": 4, "int32_t": 4,
     "double": 8, "long": 8, "long long": 8, "int64_t": 8, "size_t": 8, "uint64_t": 8,
     "half": 2, "__half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2, "short": 2, "int16_t": 2,
@@ -90,7 +90,7 @@ class _Walker:
     def __post_init__(self) -> None:
         parameters = self.tree.target.kernel.parameters
         spec = self.tree.target.spec
-        self.bytes = {p.name: _ELEMENT_BYTES.get(p.type) for p in parameters if p.is_pointer}
+        self.bytes = {p.name: ELEMENT_BYTES.get(p.type) for p in parameters if p.is_pointer}
         for name, size in self.bytes.items():  # `DATA_TYPE* A`: the spec read the type through its alias
             argument = spec.argument(name) if spec is not None and size is None else None
             if argument is not None and argument.dtype in DTYPE_BYTES:

@@ -826,3 +826,39 @@ def candidate_from(
 
 def with_grid(launch: LaunchSpec, grid: str) -> LaunchSpec:
     return replace(launch, grid=(grid,))
+
+
+def accessed_array(node: Node) -> str:
+    """The name an unplaced access starts from: `A` of `A[i][j]`, `p` of `*(p + k)`."""
+    while node.type in ("subscript_expression", "pointer_expression", "parenthesized_expression"):
+        inner = node.child_by_field_name("argument") or (
+            node.named_children[0] if node.named_children else None
+        )
+        if inner is None:
+            break
+        node = inner
+    return _text(node) if node.type == "identifier" else ""
+
+
+def shared_arrays(tree: KernelTree) -> dict[str, str]:
+    """The kernel's shared arrays and the pointers it declares into them, with their element types."""
+    arrays: dict[str, str] = {}
+    for node in walk(tree.body):
+        if node.type != "declaration":
+            continue
+        kind = node.child_by_field_name("type")
+        for declarator in node.children_by_field_name("declarator"):
+            name = declarator_name(declarator)
+            value = declarator.child_by_field_name("value")
+            pointer = declarator.child_by_field_name("declarator")
+            points = pointer is not None and pointer.type == "pointer_declarator"
+            into = value is not None and any(
+                n.type == "identifier" and _text(n) in arrays for n in walk(value)
+            )
+            if name is not None and kind is not None and ("__shared__" in _text(node) or (points and into)):
+                arrays[name] = _text(kind)
+    return arrays
+
+
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8")

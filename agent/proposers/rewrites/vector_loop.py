@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values
+from cuda_agent.agent.analysis.analyse import ELEMENT_BYTES
 from cuda_agent.agent.analysis.facts import Access, Loop
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Form
 from cuda_agent.agent.analysis.values import text, unwrap
@@ -21,10 +22,12 @@ from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
+    accessed_array,
     candidate_from,
     fresh_names,
     line_indent,
     local_names,
+    shared_arrays,
     single_declaration,
     walk,
 )
@@ -60,7 +63,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     tree, facts = found
     parameters = {p.name for p in target.kernel.parameters}
-    if any(_base(n) in parameters for n in facts.unmodelled):
+    if any(accessed_array(n) in parameters for n in facts.unmodelled):
         return []  # a parameter's element the analysis could not place may be one this loop moves
     edits: list[Edit] = []
     widths: list[int] = []
@@ -82,8 +85,8 @@ def propose(target: KernelTarget) -> list[Candidate]:
 
 
 def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str]) -> tuple[list[Edit], int]:
-    if any(loop.node.start_byte <= n.start_byte < loop.node.end_byte for n in facts.unmodelled):
-        raise _Unsupported("an access in the loop the analysis could not place")
+    unplaced = [n for n in facts.unmodelled if loop.node.start_byte <= n.start_byte < loop.node.end_byte]
+    shared = _shared_reads(tree, loop, unplaced)
     inner = [o for o in facts.loops if loop.node.start_byte < o.node.start_byte < loop.node.end_byte]
     if not loop.independent or inner:
         raise _Unsupported("dependent iterations or a nested loop")
@@ -93,9 +96,9 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
         raise _Unsupported("the body moves the loop variable")
     position = _thread_position(loop, facts)
     accesses = facts.accesses_in(loop)
-    if not accesses:
+    if not accesses and not shared:
         raise _Unsupported("no accesses")
-    sizes = {a.element_bytes for a in accesses}
+    sizes = {a.element_bytes for a in accesses} | {ELEMENT_BYTES.get(t) for t, _ in shared.values()}
     if len(sizes) != 1 or None in sizes:
         raise _Unsupported("arrays of several element sizes")
     (size,) = sizes
@@ -117,7 +120,51 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
     names = local_names(tree, *(f"{loop.variable}0", "e"))
     first, element = names[f"{loop.variable}0"], names["e"]
     streams = _streams(tree, loop, accesses, first, taken, width)
+    for name, (kind, nodes) in shared.items():
+        (stream,) = fresh_names(taken, f"{name}_v")
+        streams.append(_Stream(stream, kind, f"&{name}[{first}]", True, False, tuple(nodes)))
     return _edits(tree, loop, streams, position, width, first, element), width
+
+
+def _shared_reads(tree: KernelTree, loop: Loop, unplaced: list[Node]) -> dict[str, tuple[str, list[Node]]]:
+    """Reads of shared memory at the loop's own element (`x_row[i]` of a row staged there, a user's
+    `tile[i]`), by array: (element type, the reads). Nothing stores to the array in the loop and no barrier
+    runs in it, so reading 16 bytes at a time reads what each element read did. Any other access the
+    analysis could not place leaves the loop alone."""
+    arrays = shared_arrays(tree)
+    found: dict[str, tuple[str, list[Node]]] = {}
+    for node in unplaced:
+        array, index = node.child_by_field_name("argument"), node.child_by_field_name("indices")
+        name = text(array) if array is not None and array.type == "identifier" else ""
+        if (
+            node.type != "subscript_expression"
+            or name not in arrays
+            or index is None
+            or [text(n) for n in index.named_children] != [loop.variable]
+            or _stored(node)
+            or _conditions(node, loop)
+        ):
+            raise _Unsupported("an access in the loop the analysis could not place")
+        found.setdefault(name, (arrays[name], []))[1].append(node)
+    for node in walk(loop.body):
+        if node.type == "call_expression" and text(node).startswith(("__syncthreads", "__syncwarp")):
+            raise _Unsupported("a barrier in the loop")
+        if node.type == "subscript_expression" and _stored(node):
+            argument = node.child_by_field_name("argument")
+            if argument is not None and text(argument) in found:
+                raise _Unsupported("a shared array stored to in the loop")
+    return found
+
+
+def _stored(node: Node) -> bool:
+    parent = node.parent
+    if parent is None:
+        return False
+    if parent.type == "assignment_expression":
+        return parent.child_by_field_name("left") == node
+    return parent.type == "update_expression" or (
+        parent.type == "pointer_expression" and text(parent)[0] == "&"
+    )
 
 
 def _cast(subscript: Node) -> bool:
@@ -126,18 +173,6 @@ def _cast(subscript: Node) -> bool:
     while argument is not None and argument.type == "parenthesized_expression" and argument.named_children:
         argument = argument.named_children[0]
     return argument is not None and argument.type == "cast_expression"
-
-
-def _base(node: Node) -> str:
-    """The name an unplaced access starts from: `A` of `A[i][j]`, `p` of `*(p + k)`."""
-    while node.type in ("subscript_expression", "pointer_expression", "parenthesized_expression"):
-        inner = node.child_by_field_name("argument") or (
-            node.named_children[0] if node.named_children else None
-        )
-        if inner is None:
-            break
-        node = inner
-    return text(node) if node.type == "identifier" else ""
 
 
 def _thread_position(loop: Loop, facts: KernelFacts) -> str:
