@@ -36,6 +36,7 @@ from cuda_agent.agent.spec import (
 from cuda_agent.agent.spec.elsewhere import Neighbours, infer_from_elsewhere
 from cuda_agent.agent.spec.expressions import referenced_names
 from cuda_agent.agent.spec.headers import Header, local_headers
+from cuda_agent.agent.spec.infer import integer_defines
 from cuda_agent.agent.spec.program import (
     ProgramHost,
     ProgramPoint,
@@ -314,6 +315,10 @@ BROKEN_SPEC_NOTE = "its spec has errors (see above)"
 # digests depend only on the file without its kernels, and are kept per that text: an edit inside a kernel
 # (the common case) finds them there without looking at the launches again.
 _INFERRED: BoundedMemo[tuple[object, ...], tuple[KernelSpec | None, str]] = BoundedMemo()
+# What a kernel alone says (`infer_spec`), by its text, the aliases and the #defines it names: room for
+# every kernel of a big file, whose edits read them all again in order (a smaller memo would lose each
+# one just before it is asked for).
+_FROM_SIGNATURE: BoundedMemo[tuple[object, ...], tuple[KernelSpec | None, str]] = BoundedMemo(16384)
 _POINTS: BoundedMemo[tuple[bytes, bytes], tuple[tuple[ProgramPoint, ...], str]] = BoundedMemo()
 _PARTIAL_POINTS: BoundedMemo[tuple[bytes, bytes], tuple[ProgramPoint | None]] = BoundedMemo()
 _HOST_FACTS: BoundedMemo[bytes, HostFacts] = BoundedMemo(64)
@@ -496,11 +501,21 @@ def _inferred(
     own = data[kernel.start_byte : kernel.end_byte]
     typedefs = host.typedefs
     dependencies = host.dependencies.get(kernel.name)
-    if dependencies is None:
-        aliases = tuple(sorted(typedefs.items()))
-        return _INFERRED.get_or_make(
-            ("signature", own, aliases), lambda: infer_spec(kernel, text, tree, typedefs)
+    # What the kernel alone says: its text, the type aliases and the file's #defines it names (a TILE, the
+    # sizes of a kernel without size parameters). Kept by those, so that a big file's kernels that an edit
+    # only moved are not read again.
+    aliases = tuple(sorted(typedefs.items()))
+    defined = integer_defines(tree)
+    words = {word.decode() for word in _IDENTIFIER.findall(own)}
+    named = tuple(sorted((name, defined[name]) for name in words & defined.keys()))
+
+    def from_signature() -> tuple[KernelSpec | None, str]:
+        return _FROM_SIGNATURE.get_or_make(
+            (own, aliases, named), lambda: infer_spec(kernel, text, tree, typedefs)
         )
+
+    if dependencies is None:
+        return from_signature()
 
     def from_program() -> tuple[KernelSpec | None, str]:
         # What the launches say depends on the signature and the host code, not the body: an edit inside
@@ -513,7 +528,7 @@ def _inferred(
             spec, why = spec_from_points(kernel, tree, points, typedefs)
         if spec is not None:
             return spec, spec.inference_note
-        signature_spec, note = infer_spec(kernel, text, tree, typedefs)
+        signature_spec, note = from_signature()
         if signature_spec is None:
             return None, f"{note}; and from the program: {why}"
         # Kept like the points (a 1-tuple: the memo keeps no None): reading the program for it made an edit

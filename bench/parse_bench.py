@@ -28,6 +28,7 @@ MODULE = """\
 // Module {i}: fused scale-and-reduce. Layout: [rows, cols] row-major; one block per row.
 // ---------------------------------------------------------------------------------------------
 #define TILE_{i} 32
+#define ROWS_{i} 8
 
 __device__ __forceinline__ float warp_reduce_{i}(float v) {{
   #pragma unroll
@@ -59,11 +60,13 @@ __global__ void axpby_{i}(int n, float a, const float* __restrict__ x, float b, 
 extern "C" __global__ void transpose_{i}(const float* in, float* out, int n) {{
   __shared__ float tile[TILE_{i}][TILE_{i} + 1];
   int x = blockIdx.x * TILE_{i} + threadIdx.x, y = blockIdx.y * TILE_{i} + threadIdx.y;
-  if (x < n && y < n) tile[threadIdx.y][threadIdx.x] = in[y * n + x];
+  for (int j = 0; j < TILE_{i}; j += ROWS_{i})
+    if (x < n && y + j < n) tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * n + x];
   __syncthreads();
   x = blockIdx.y * TILE_{i} + threadIdx.x;
   y = blockIdx.x * TILE_{i} + threadIdx.y;
-  if (x < n && y < n) out[y * n + x] = tile[threadIdx.x][threadIdx.y];
+  for (int j = 0; j < TILE_{i}; j += ROWS_{i})
+    if (x < n && y + j < n) out[(y + j) * n + x] = tile[threadIdx.x][threadIdx.y + j];
 }}
 
 void launch_module_{i}(const float* x, float* y, float* out, int rows, int cols, cudaStream_t s) {{
@@ -73,7 +76,7 @@ void launch_module_{i}(const float* x, float* y, float* out, int rows, int cols,
   axpby_{i}<<<(rows * cols + 255) / 256, 256, 0, s>>>(rows * cols, 2.0f, x, 0.5f, y);
   dim3 tiles((cols + TILE_{i} - 1) / TILE_{i}, (rows + TILE_{i} - 1) / TILE_{i});
   transpose_{i}<<<tiles,
-                  dim3(TILE_{i}, TILE_{i}),
+                  dim3(TILE_{i}, ROWS_{i}),
                   0,
                   s>>>(x, y, cols);
   if (cudaGetLastError() != cudaSuccess) std::abort();

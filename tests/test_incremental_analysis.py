@@ -27,6 +27,7 @@ def fresh(text: str, version: int, path: Path = PATH) -> Analysis:
     reference the incremental, cached path must equal."""
     kernels._KNOWN.clear()
     targets._INFERRED.clear()
+    targets._FROM_SIGNATURE.clear()
     targets._HOST_FACTS.clear()
     targets._POINTS.clear()
     targets._PARTIAL_POINTS.clear()

@@ -310,14 +310,28 @@ def test_not_offered_where_a_step_is_not_proven(kernel: str) -> None:
     assert propose(_target(kernel, "matmul")) == []
 
 
+TEXTBOOK = Path(__file__).resolve().parent / "kernels" / "tiled" / "textbook_matmul.cu"
+
+
+def test_a_spec_less_textbook_tiled_matmul_is_untiled_under_its_inferred_spec() -> None:
+    """No spec written: the inference reads the 16 x 16 block from its TILE_WIDTH steps (through the
+    `by`/`ty` locals), and the rewrite takes the tiles it loads as the product they stage."""
+    (target,) = load_targets(TEXTBOOK).targets
+    assert target.spec is not None and target.spec.inferred, target.note
+    assert target.spec.launch.block == (16, 16) and target.spec.verify_sizes == ({"Width": 144},)
+    candidates = check(target, propose)
+    assert all(c.description.startswith(PREFIX) for c in candidates)
+
+
 @pytest.mark.gpu
 def test_untiled_matmuls_verify_and_beat_the_tiled_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
 
     targets = [_target(source, name_of(source)) for source in (GUIDE, TERNARY, DIRECT, TRANSPOSED)]
     (bench,) = load_targets(OUTSIDE / "matmul_tiled.cu").targets
+    (textbook,) = load_targets(TEXTBOOK).targets  # its spec inferred: verified against the original
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
-        for target in [*targets, bench]:
+        for target in [*targets, bench, textbook]:
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, propose(target))

@@ -473,17 +473,130 @@ def test_one_size_on_2d_blocks_without_both_indices_bounded_by_it_is_refused():
     assert spec is None and "but the signature has one size (N)" in note
 
 
-def test_2d_indices_stepped_by_a_constant_tile_are_refused():
-    # the block must be TILE x TILE for this kernel to cover its square: no block can be guessed
-    spec, note = infer("""
-        #define TILE 32
-        __global__ void transpose(const float* in, float* out, int n) {
-            __shared__ float tile[TILE][TILE + 1];
-            int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;
-            if (x < n && y < n) tile[threadIdx.y][threadIdx.x] = in[y * n + x];
+TILED_TRANSPOSE = """
+    #define TILE 32
+    __global__ void transpose(const float* in, float* out, int n) {
+        __shared__ float tile[TILE][TILE + 1];
+        int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;
+        if (x < n && y < n) tile[threadIdx.y][threadIdx.x] = in[y * n + x];
+        __syncthreads();
+        x = blockIdx.y * TILE + threadIdx.x;
+        y = blockIdx.x * TILE + threadIdx.y;
+        if (x < n && y < n) out[y * n + x] = tile[threadIdx.x][threadIdx.y];
+    }"""
+
+TILED_MATMUL = """
+    #define BLOCKSIZE 16
+    __global__ void matmul_tiled(const float* A, const float* B, float* C, int M, int N, int K) {
+        __shared__ float As[BLOCKSIZE][BLOCKSIZE], Bs[BLOCKSIZE][BLOCKSIZE];
+        int row = blockIdx.y * BLOCKSIZE + threadIdx.y;
+        int col = blockIdx.x * BLOCKSIZE + threadIdx.x;
+        float acc = 0.0f;
+        for (int t = 0; t < K / BLOCKSIZE; ++t) {
+            As[threadIdx.y][threadIdx.x] = A[row * K + t * BLOCKSIZE + threadIdx.x];
+            Bs[threadIdx.y][threadIdx.x] = B[(t * BLOCKSIZE + threadIdx.y) * N + col];
             __syncthreads();
-            x = blockIdx.y * TILE + threadIdx.x;
-            y = blockIdx.x * TILE + threadIdx.y;
-            if (x < n && y < n) out[y * n + x] = tile[threadIdx.x][threadIdx.y];
+            for (int k = 0; k < BLOCKSIZE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
+            __syncthreads();
+        }
+        if (row < M && col < N) C[row * N + col] = acc;
+    }"""
+
+
+def test_2d_indices_stepped_by_a_constant_tile_get_a_tile_by_tile_block():
+    """The block must be TILE x TILE for such a kernel to cover its square; its grid is counted in tiles
+    (a block tuned to another shape would leave parts uncovered, and verification says so), and it is
+    verified at a multiple of the tile (tutorial kernels load their tiles without bounds checks)."""
+    spec = inferred(TILED_TRANSPOSE)
+    assert spec.launch.block == (32, 32)
+    assert spec.launch.grid == ("ceil_div(n, 32)", "ceil_div(n, 32)")
+    assert spec.verify_sizes == ({"n": 9 * 32},) and spec.sizes == {"n": 4096}
+    assert roles(spec)["out"] == ("output", ("n", "n"))
+
+
+def test_a_rows_by_cols_kernel_stepped_by_a_tile_gets_the_tile_as_block():
+    source = TILED_TRANSPOSE.replace("int n)", "int rows, int cols)").replace("y < n", "y < rows")
+    spec = inferred(source.replace("x < n", "x < cols").replace("* n +", "* cols +"))
+    assert spec.launch.block == (32, 32)
+    assert spec.launch.grid == ("ceil_div(cols, 32)", "ceil_div(rows, 32)")
+    assert spec.verify_sizes == ({"rows": 288, "cols": 160},)
+
+
+def test_a_shared_memory_tiled_matmul_over_three_sizes_gets_its_tile_as_block():
+    spec = inferred(TILED_MATMUL)
+    assert spec.launch.block == (16, 16)
+    assert spec.launch.grid == ("ceil_div(N, 16)", "ceil_div(M, 16)")
+    assert spec.verify_sizes == ({"M": 144, "N": 80, "K": 112},)
+    assert {name: shape for name, (_, shape) in roles(spec).items() if shape} == {
+        "A": ("M", "K"),
+        "B": ("K", "N"),
+        "C": ("M", "N"),
+    }
+
+
+def test_a_tiled_matmul_that_checks_no_bounds_covers_its_square_in_whole_tiles():
+    """The textbook's first tiled matmul: `Row = by * TILE_WIDTH + ty` through locals, no bounds check,
+    n a multiple of the tile (as the verify size is)."""
+    spec = inferred("""
+        #define TILE_WIDTH 16
+        __global__ void MatrixMulKernel(float* Md, float* Nd, float* Pd, int Width) {
+            __shared__ float Mds[TILE_WIDTH][TILE_WIDTH];
+            __shared__ float Nds[TILE_WIDTH][TILE_WIDTH];
+            int bx = blockIdx.x; int by = blockIdx.y;
+            int tx = threadIdx.x; int ty = threadIdx.y;
+            int Row = by * TILE_WIDTH + ty;
+            int Col = bx * TILE_WIDTH + tx;
+            float Pvalue = 0;
+            for (int m = 0; m < Width / TILE_WIDTH; ++m) {
+                Mds[ty][tx] = Md[Row * Width + (m * TILE_WIDTH + tx)];
+                Nds[ty][tx] = Nd[(m * TILE_WIDTH + ty) * Width + Col];
+                __syncthreads();
+                for (int k = 0; k < TILE_WIDTH; ++k) Pvalue += Mds[ty][k] * Nds[k][tx];
+                __syncthreads();
+            }
+            Pd[Row * Width + Col] = Pvalue;
         }""")
-    assert spec is None and "step blocks by a constant (blockIdx.x * TILE), not blockDim" in note
+    assert spec.inference_note.startswith("spec inferred from the square 2-D contraction pattern")
+    assert spec.launch.block == (16, 16) and spec.verify_sizes == ({"Width": 144},)
+    assert spec.sizes == {"Width": 1024} and roles(spec)["Pd"] == ("output", ("Width", "Width"))
+
+
+def test_a_square_kernel_on_blockdim_steps_that_checks_no_bounds_is_still_refused():
+    # any block covers a blockDim-stepped range only with a bounds check: without one, no size is safe
+    spec, note = infer(SQUARE_MATMUL.replace("if (row < N && col < N) {", "{"))
+    assert spec is None and "but the signature has one size (N)" in note
+
+
+def test_a_tiled_matmul_whose_inner_product_steps_by_four_is_still_square_tiles():
+    unrolled = TILED_MATMUL.replace(
+        "for (int k = 0; k < BLOCKSIZE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];",
+        "for (int k = 0; k < BLOCKSIZE; k += 2) {\n"
+        "                acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n"
+        "                acc += As[threadIdx.y][k + 1] * Bs[k + 1][threadIdx.x];\n"
+        "            }",
+    )
+    assert unrolled != TILED_MATMUL
+    assert inferred(unrolled).launch.block == (16, 16)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (("y = blockIdx.y * TILE", "y = blockIdx.y * 16"), "the two axes step by different tiles"),
+        (("#define TILE 32", "#define TILE 64"), "a 64 x 64 block has more threads than a block may"),
+        (("#define TILE 32", "#define TILE 32\n#define TILE 16"), "the tile is defined twice"),
+        (("#define TILE 32", ""), "the tile's value is not in the file"),
+        (
+            (
+                "if (x < n && y < n) tile[threadIdx.y][threadIdx.x] = in[y * n + x];",
+                "for (int j = 0; j < TILE; j += 8) tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * n + x];",
+            ),
+            "each thread covers several rows: the block is TILE x 8",
+        ),
+    ],
+)
+def test_2d_indices_stepped_by_no_single_known_tile_are_refused(change: tuple[str, str], why: str) -> None:
+    source = TILED_TRANSPOSE.replace(*change, 1)
+    assert source != TILED_TRANSPOSE
+    spec, note = infer(source)
+    assert spec is None and "step blocks by something other than blockDim or one constant" in note, why

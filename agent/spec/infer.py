@@ -23,6 +23,7 @@ when it also reads it (`y[i] += ...`, `y[i] = y[i] * 2`, atomics); a pointer onl
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -81,7 +82,8 @@ def infer_spec(
     instantiate, template_types = instantiation(kernel)
     if instantiate is None and kernel.template_parameters:
         return None, "a template with a value parameter and no default: say which instantiation to run"
-    body = kernel_body(kernel, tree or parse_cuda(source))
+    tree = tree or parse_cuda(source)
+    body = kernel_body(kernel, tree)
     if body is None:
         return None, "the kernel has no body"
 
@@ -93,12 +95,11 @@ def infer_spec(
         return None, classified
     pointers, int_scalars, float_scalars = classified
 
-    analysis = BodyAnalysis(body, {parameter.name for parameter, _ in pointers})
+    parsed = tree
+    analysis = BodyAnalysis(body, {p.name for p, _ in pointers}, lambda: integer_defines(parsed))
     taken = {parameter.name for parameter in kernel.parameters}
     size_of = {parameter.name: size_name_for(parameter.name, taken) for parameter, _ in int_scalars}
-    fixed, ordered = (
-        _fixed_sizes(body, tree or parse_cuda(source), analysis) if not int_scalars else ({}, False)
-    )
+    fixed, ordered = _fixed_sizes(body, tree, analysis) if not int_scalars else ({}, False)
     if len(int_scalars) == 1:
         layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
@@ -224,7 +225,15 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
         return _Layout(pattern, summary, sizes, verify, block, grid, dict(shape_of), full)
 
     if analysis.uses_y:
-        return layout("2-D", (f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)"), {}, block=(32, 8))
+        tile = analysis.tile(analysis.global_indices)
+        if tile is None:
+            return _STEPPED_BY_A_CONSTANT
+        if tile == BLOCK_DIM:
+            grid = (f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)")
+            return layout("2-D", grid, {}, block=(32, 8))
+        block, grid = _tiled_launch(tile, (rows, cols))
+        verify = {rows: TILE_MULTIPLES[0] * tile, cols: TILE_MULTIPLES[1] * tile}
+        return replace(layout("2-D", grid, {}, block=block), verify=verify)
     compared = analysis.compared_with_global_index
     if {rows, cols} <= compared:
         return layout("flattened element-wise", (f"ceil_div({rows} * {cols}, block.x)",), {})
@@ -244,9 +253,22 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
 CONTRACTION_SIZE, CONTRACTION_VERIFY = 1024, (129, 67, 100)  # a 2 GFLOP product; odd, ragged tiles
 SQUARE_VERIFY = 129
 _STEPPED_BY_A_CONSTANT = (
-    "its 2-D indices step blocks by a constant (blockIdx.x * TILE), not blockDim: the block it needs is not "
-    "known; write a spec"
+    "its 2-D indices step blocks by something other than blockDim or one constant for both axes "
+    "(blockIdx.x * TILE): the block it needs is not known; write a spec"
 )
+BLOCK_DIM = 0  # `BodyAnalysis.tile` for indices that step blocks by blockDim: any block covers the range
+# A kernel whose indices step blocks by a TILE (a shared-memory tiled matmul) often loads its tiles
+# without bounds checks: it is verified at odd multiples of the tile, (rows, cols, depth) or n the first.
+TILE_MULTIPLES = (9, 5, 7)
+
+
+def _tiled_launch(tile: int, sizes: tuple[str, str]) -> tuple[tuple[int, int], tuple[str, str]]:
+    """The block and grid of a 2-D kernel over (rows, cols): 16 x 16 where any block covers the range,
+    else TILE x TILE with the grid counted in tiles (a launch tuned to another block would not cover it)."""
+    rows, cols = sizes
+    if tile == BLOCK_DIM:
+        return (16, 16), (f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)")
+    return (tile, tile), (f"ceil_div({cols}, {tile})", f"ceil_div({rows}, {tile})")
 
 
 def _layout_square(n: str, analysis: BodyAnalysis) -> _Layout | str:
@@ -254,18 +276,25 @@ def _layout_square(n: str, analysis: BodyAnalysis) -> _Layout | str:
     sum, or a square matmul when a loop also counts to n: then 1024, its work is cubic)."""
     bound = {var for var, bounds in analysis.variable_bounds.items() if n in bounds}
     if not all(analysis.index_axes.get(axis, set()) & bound for axis in ("x", "y")):
-        return f"the body indexes in 2-D (threadIdx.y/blockIdx.y) but the signature has one size ({n})"
-    if not analysis.block_sized(bound):
+        # A textbook's tiled matmul checks no bounds: it covers n x n in whole tiles, n a row's length.
+        indices = analysis.index_axes.get("x", set()) | analysis.index_axes.get("y", set())
+        unchecked = analysis.tile(indices) not in (None, BLOCK_DIM) and n in analysis.row_strides([n])
+        if not (unchecked and all(analysis.index_axes.get(axis) for axis in ("x", "y"))):
+            return f"the body indexes in 2-D (threadIdx.y/blockIdx.y) but the signature has one size ({n})"
+        bound |= indices
+    tile = analysis.tile(bound)
+    if tile is None:
         return _STEPPED_BY_A_CONSTANT
     cubic = bool(bound & analysis.loop_variables)
     size = CONTRACTION_SIZE if cubic else ROWS_2D
+    block, grid = _tiled_launch(tile, (n, n))
     return _Layout(
         pattern="square 2-D" + (" contraction" if cubic else ""),
-        summary=f"{n} × {n} = {size} × {size}, block 16 × 16",
+        summary=f"{n} × {n} = {size} × {size}, block {block[0]} × {block[1]}",
         sizes={n: size},
-        verify={n: SQUARE_VERIFY},
-        block=(16, 16),
-        grid=(f"ceil_div({n}, block.x)", f"ceil_div({n}, block.y)"),
+        verify={n: SQUARE_VERIFY if tile == BLOCK_DIM else TILE_MULTIPLES[0] * tile},
+        block=block,
+        grid=grid,
         shape_of={name: (n,) for name, use in analysis.uses.items() if analysis.only_along(name, n, {n})},
         full_shape=(n, n),
     )
@@ -290,7 +319,8 @@ def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | s
             "a loop to the third"
         )
     (rows,), (cols,), (depth,) = by_axis["y"], by_axis["x"], loops
-    if not analysis.block_sized(set(bound)):
+    tile = analysis.tile(set(bound))
+    if tile is None:
         return _STEPPED_BY_A_CONSTANT
     if len({rows, cols, depth}) != 3:
         return (
@@ -308,13 +338,18 @@ def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | s
         elif use.read or use.written:
             return f"could not tell the shape of {pointer} from its indices"
     sizes_at = {rows: CONTRACTION_SIZE, cols: CONTRACTION_SIZE, depth: CONTRACTION_SIZE}
+    verify = CONTRACTION_VERIFY if tile == BLOCK_DIM else tuple(m * tile for m in TILE_MULTIPLES)
+    block, grid = _tiled_launch(tile, (rows, cols))
     return _Layout(
         pattern="2-D contraction",
-        summary=f"{rows} × {cols} outputs summed over {depth}, each {CONTRACTION_SIZE}, block 16 × 16",
+        summary=(
+            f"{rows} × {cols} outputs summed over {depth}, each {CONTRACTION_SIZE}, "
+            f"block {block[0]} × {block[1]}"
+        ),
         sizes=sizes_at,
-        verify=dict(zip((rows, cols, depth), CONTRACTION_VERIFY, strict=True)),
-        block=(16, 16),
-        grid=(f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)"),
+        verify=dict(zip((rows, cols, depth), verify, strict=True)),
+        block=block,
+        grid=grid,
         shape_of=shape_of,
         full_shape=(rows, cols),
     )
@@ -328,12 +363,7 @@ def _fixed_sizes(body: Node, tree: Tree, analysis: BodyAnalysis) -> tuple[dict[s
     TILE or BLOCK_SIZE is no size), or where one of them is defined twice or is no positive integer."""
     read = {_text(node) for node in walk(body) if node.type == "identifier"}
     values: dict[str, int | None] = {}
-    for node in walk(tree.root_node):
-        if node.type != "preproc_def":
-            continue
-        name = _text(node.child_by_field_name("name"))
-        # tree-sitter keeps a line comment in the macro's text (`#define M 1024 // rows`)
-        value = _text(node.child_by_field_name("value")).split("//")[0].strip()
+    for name, value in file_defines(tree):
         if name not in read or not is_size_name(name):
             continue
         try:
@@ -352,6 +382,66 @@ def _fixed_sizes(body: Node, tree: Tree, analysis: BodyAnalysis) -> tuple[dict[s
     if len(compared) == 1 and len(bounds) <= 1:
         return {name: constants[name] for name in compared + bounds}, True
     return {}, False
+
+
+def integer_defines(tree: Tree) -> dict[str, int]:
+    """The file's `#define NAME <integer expression>` constants; a name defined twice is left out."""
+    return _read_defines(tree)[1]
+
+
+def file_defines(tree: Tree) -> tuple[tuple[str, str], ...]:
+    """(name, value) of each `#define` at file scope (in `#if` branches, `extern "C"` and namespaces too),
+    in order, the value without a trailing line comment."""
+    return _read_defines(tree)[0]
+
+
+_Defines = tuple[tuple[tuple[str, str], ...], dict[str, int]]
+_DEFINES: list[tuple[Tree, _Defines]] = []
+_DEFINES_LOCK = threading.Lock()
+# Where a #define can stand between declarations: the file, its #if branches, extern "C" and namespaces.
+_DECLARATION_SCOPES = frozenset(
+    {
+        "translation_unit", "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif", "preproc_elifdef",
+        "linkage_specification", "namespace_definition", "declaration_list",
+    }
+)  # fmt: skip
+
+
+def _read_defines(tree: Tree) -> _Defines:
+    """Kept for the last few trees: a big file's hundreds of kernels read them once, not once each (the
+    trees are compared by identity, never hashed)."""
+    with _DEFINES_LOCK:
+        for kept, found in _DEFINES:
+            if kept is tree:
+                return found
+    defines = tuple(_file_defines(tree))
+    values: dict[str, int | None] = {}
+    for name, value in defines:
+        try:
+            number = evaluate(value, {}) if value else None
+        except (ExpressionError, ArithmeticError):
+            number = None
+        values[name] = number if name not in values and isinstance(number, int) else None
+    found = (defines, {name: number for name, number in values.items() if number is not None})
+    with _DEFINES_LOCK:
+        _DEFINES.insert(0, (tree, found))
+        del _DEFINES[4:]
+    return found
+
+
+def _file_defines(tree: Tree) -> Iterator[tuple[str, str]]:
+    scopes = [iter(tree.root_node.children)]
+    while scopes:
+        node = next(scopes[-1], None)
+        if node is None:
+            scopes.pop()
+            continue
+        if node.type in _DECLARATION_SCOPES:
+            scopes.append(iter(node.children))
+        elif node.type == "preproc_def":
+            # tree-sitter keeps a line comment in the macro's text (`#define M 1024 // rows`)
+            value = _text(node.child_by_field_name("value")).split("//")[0].strip()
+            yield _text(node.child_by_field_name("name")), value
 
 
 def _fixed_summary(fixed: Mapping[str, int]) -> str:
@@ -558,16 +648,24 @@ def _compared_pairs(nodes: list[Node]) -> Iterator[tuple[Node, Node]]:
         operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
         if operator is None or _text(operator) not in _COMPARISONS:
             continue
-        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-        if left is not None and right is not None:
-            yield left, right
-            yield right, left
+        yield from _operands(node)
+
+
+def _operands(node: Node) -> Iterator[tuple[Node, Node]]:
+    """(one operand, the other) of a binary expression, both ways round."""
+    left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+    if left is not None and right is not None:
+        yield left, right
+        yield right, left
 
 
 class BodyAnalysis:
     """Facts about a kernel body that the patterns need."""
 
-    def __init__(self, body: Node, pointers: set[str]) -> None:
+    def __init__(
+        self, body: Node, pointers: set[str], defines: Callable[[], Mapping[str, int]] = dict
+    ) -> None:
+        self._defines = defines  # the file's integer #defines (a TILE), read only if a tile asks
         walked = _Body(body)
         nodes = walked.nodes
         self._identifiers = _SubtreeIdentifiers(walked.children)
@@ -596,9 +694,19 @@ class BodyAnalysis:
             self.variable_bounds.setdefault(name, set()).update(bounds)
         # axis -> the global indices along it (`row = blockIdx.y * blockDim.y + threadIdx.y` is along y)
         self.index_axes: dict[str, set[str]] = {}
+        values: dict[str, list[Node]] = {}
+        for name, value in self.definitions:
+            values.setdefault(name, []).append(value)
         for name, value in self.definitions:
             if name in self.global_indices:
-                for axis in {a for n in walk(value) if (found := _builtin_axis(n)) for a in found[1:]}:
+                # through the locals it reads too: `Row = by * TILE + ty` with `by = blockIdx.y`
+                read = [
+                    value,
+                    *(v for local in self._expanded(self._identifiers(value)) for v in values.get(local, ())),
+                ]
+                for axis in {
+                    a for v in read for n in walk(v) if (found := _builtin_axis(n)) for a in found[1:]
+                }:
                     self.index_axes.setdefault(axis, set()).add(name)
         self.loop_bound_names = {name for bounds in self._loop_bounds.values() for name in bounds}
         self._nodes = nodes
@@ -676,15 +784,80 @@ class BodyAnalysis:
                 compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
 
-    def block_sized(self, indices: set[str]) -> bool:
-        """Whether every definition of these global indices steps blocks by blockDim (`blockIdx.x *
-        blockDim.x + threadIdx.x`), so that any block covers the range; `blockIdx.x * TILE + threadIdx.x`
-        needs a block of TILE threads."""
-        return all(
-            "blockDim" in self._identifiers(value)
-            for name, value in self.definitions
-            if name in indices & self.global_indices
+    def tile(self, indices: set[str]) -> int | None:
+        """What every definition of these global indices steps blocks by: BLOCK_DIM for blockDim
+        (`blockIdx.x * blockDim.x + threadIdx.x`), the number T for `blockIdx.x * TILE + threadIdx.x` with
+        TILE one integer constant (a #define, a literal) for them all and T x T a block (at most 1024
+        threads); None for anything else. Any block covers indices that step blocks by nothing at all."""
+        steps = set()
+        for name, value in self.definitions:
+            if name not in indices & self.global_indices:
+                continue
+            if "blockDim" in self._roots(value):
+                steps.add(BLOCK_DIM)
+                continue
+            factors = {
+                _text(unwrapped(other))
+                for node in walk(value)
+                if node.type == "binary_expression" and _text(node.child_by_field_name("operator")) == "*"
+                for side, other in _operands(node)
+                if self._block_number(unwrapped(side))
+            }
+            numbers = {self._constant(factor) for factor in factors}
+            if len(numbers) != 1 or None in numbers:
+                return None
+            steps |= numbers
+        if len(steps) > 1:
+            return None
+        (step,) = steps or {BLOCK_DIM}
+        if step == BLOCK_DIM:
+            return step
+        return step if 1 <= step * step <= 1024 and not self._strides_a_tile(step) else None
+
+    def _strides_a_tile(self, tile: int) -> bool:
+        """Whether a loop steps through the tile by a smaller constant (`for (j = 0; j < TILE; j +=
+        BLOCK_ROWS)`): then each thread covers several rows, the block is TILE x BLOCK_ROWS, not square."""
+        for node in self._nodes:
+            update = node.child_by_field_name("update") if node.type == "for_statement" else None
+            if update is None or update.type != "assignment_expression":
+                continue
+            right, condition = update.child_by_field_name("right"), node.child_by_field_name("condition")
+            step = self._constant(_text(unwrapped(right))) if right is not None else None
+            bound = condition.child_by_field_name("right") if condition is not None else None
+            to_tile = bound is not None and self._constant(_text(unwrapped(bound))) == tile
+            stepped = _text(update.child_by_field_name("operator")) == "+="
+            if stepped and to_tile and step is not None and 1 < step < tile and self._offsets_a_row(node):
+                return True
+        return False
+
+    def _offsets_a_row(self, loop: Node) -> bool:
+        """Whether the loop's variable is added to a thread's row (`threadIdx.y + j`, `y + j`)."""
+        variable = next(
+            (_text(n) for n in walk(loop.child_by_field_name("initializer")) if n.type == "identifier"), ""
         )
+        rows = self.global_indices | {"threadIdx.y"}
+        for node in walk(loop):
+            if node.type == "binary_expression" and _text(node.child_by_field_name("operator")) == "+":
+                sides = {_text(unwrapped(side)) for side, _ in _operands(node)}
+                if variable in sides and sides & rows:
+                    return True
+        return False
+
+    def _block_number(self, node: Node) -> bool:
+        """`blockIdx.y`, or a local holding it alone (`int by = blockIdx.y;`)."""
+        written = _text(node)
+        if written.startswith("blockIdx."):
+            return True
+        return node.type == "identifier" and self._defined_from.get(written) == {"blockIdx"}
+
+    def _constant(self, text: str) -> int | None:
+        defined = self._defines()
+        if text in defined:
+            return defined[text]
+        try:
+            return int(text.rstrip("uUlL"), 0)
+        except ValueError:
+            return None
 
     def only_along(self, pointer: str, size: str, sizes: set[str]) -> bool:
         """Whether every index of the pointer reads only loop variables bounded by `size` (`for (int j = 0;
