@@ -53,8 +53,6 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     # ... and a row its passes each read is then worth reading once, into shared memory
     warp_per_output.PROPOSER: (vector_loop.PROPOSER, row_stage.PROPOSER),
     shared_loop.PROPOSER: (vector_loop.PROPOSER,),
-    # the passes then read the staged row: 16 bytes at a time like any row
-    row_stage.PROPOSER: (vector_loop.PROPOSER,),
     # a thread standing for several may still leave thread 0 a loop the (smaller) block can share
     block_coarsen.PROPOSER: (shared_loop.PROPOSER,),
     # the carry from the blocks before: the block's own scan is then the kernel's remaining cost
@@ -87,7 +85,6 @@ CHAINED = (
     fuse_passes.PROPOSER,
     max_then_sum.PROPOSER,
     warp_per_output.PROPOSER,
-    row_stage.PROPOSER,
     shared_loop.PROPOSER,
     block_coarsen.PROPOSER,
     block_to_loop.PROPOSER,

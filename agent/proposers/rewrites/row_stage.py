@@ -24,6 +24,7 @@ from cuda_agent.agent.analysis.facts import Access, Loop
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites import vector_loop
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
 from cuda_agent.agent.proposers.tree import (
     Edit,
@@ -38,7 +39,7 @@ from cuda_agent.agent.proposers.tree import (
     shared_arrays,
     walk,
 )
-from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.agent.targets import KernelTarget, load_targets
 from tree_sitter import Node
 
 PROPOSER = "rewrite:row-stage"
@@ -106,9 +107,29 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     tree, facts = found
     try:
-        return [_staged(tree, facts)]
+        staged = _staged(tree, facts)
     except (_Unsupported, NotInSizes):
         return []
+    return [_read_as_vectors(target, staged)]
+
+
+def _read_as_vectors(target: KernelTarget, staged: Candidate) -> Candidate:
+    """The staged kernel with its passes reading the row 16 bytes at a time (the vector loop on it). The
+    stage alone leaves each pass reading an element at a time, within noise of reading memory (0.98x to
+    1.03x for a warp-per-row layer norm on the H100, against 1.21x to 1.27x read as vectors): one candidate,
+    not two, for the search's first round."""
+    assert target.spec is not None and staged.launch is not None
+    reloaded = load_targets(target.path, staged.source, infer=False).find(target.kernel.name)
+    if reloaded is None:
+        return staged
+    spec = target.spec if reloaded.spec is None or reloaded.spec.inferred else reloaded.spec
+    vectorised = vector_loop.propose(replace(reloaded, spec=replace(spec, launch=staged.launch)))
+    if not vectorised:
+        return staged
+    description = staged.description.replace(
+        " read it there (", f" read it there, {VECTOR_BYTES} bytes at a time ("
+    )
+    return replace(staged, source=vectorised[0].source, description=description)
 
 
 def _staged(tree: KernelTree, facts: KernelFacts) -> Candidate:
