@@ -4,8 +4,10 @@ A layer norm, a softmax or an RMS norm split across a warp (or a block) still re
 the mean, the variance, the output. Each pass's loads wait on the one before them (a sum in flight), so
 a warp has few loads out at a time and the row's later passes hit the cache only as far as it holds.
 Here the row is read once, by a loop whose iterations are independent (16-byte loads, all in flight at
-once), into shared memory; every pass then reads it there. 1.34x on the H100 for a warp-per-row layer
-norm over 768 floats, 1.27x for a softmax over 2048.
+once), into shared memory; every pass then reads it there, 16 bytes at a time. On the H100 (bench, 20 s
+a kernel): GPT-2's layer norm 0.082 -> 0.078 ms and the classic suite's 0.227 -> 0.195 ms, against each
+pass reading the row as 16-byte vectors; a hand-written version of the same reached 1.34x, so the
+staging loop itself has room left.
 
 Driven by the analysis: two or more top-level loops with the same header, split across a group of
 threads (`for (i = lane; i < C; i += 32)`, `for (i = threadIdx.x; i < C; i += blockDim.x)`), that read a
