@@ -323,6 +323,36 @@ def test_a_spec_less_textbook_tiled_matmul_is_untiled_under_its_inferred_spec() 
     assert all(c.description.startswith(PREFIX) for c in candidates)
 
 
+UNCHECKED = TEXTBOOK.with_name("textbook_matmul_unchecked.cu")
+
+
+def test_a_tiled_matmul_that_checks_no_bounds_is_untiled_assuming_whole_tiles() -> None:
+    """The textbook's first version: no check on the loads or the store, `Width / TILE_WIDTH` phases. It
+    is right only where Width is a multiple of the tile, which the candidates state; the naive kernel they
+    start from checks its bounds."""
+    (target,) = load_targets(UNCHECKED).targets
+    assert target.spec is not None and target.spec.verify_sizes == ({"Width": 144},)
+    candidates = check(target, propose)
+    assert all("Width is a multiple of 16" in " ".join(c.assumptions) for c in candidates)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ("for (int m = 0; m < (Width + TILE_WIDTH - 1) / TILE_WIDTH; ++m)", "a last phase past the edge"),
+        ("for (int m = 0; m < Width / 8; ++m)", "phases that are not tiles"),
+        ("for (int m = 0; m <= Width / TILE_WIDTH; ++m)", "one phase too many"),
+    ],
+)
+def test_an_unchecked_tiled_matmul_whose_phases_are_not_whole_tiles_is_left_alone(change: str, why: str):
+    source = UNCHECKED.read_text()
+    changed = source.replace("for (int m = 0; m < Width / TILE_WIDTH; ++m)", change)
+    assert changed != source
+    (target,) = load_targets(UNCHECKED, changed).targets
+    assert target.spec is not None
+    assert propose(target) == [], why
+
+
 @pytest.mark.gpu
 def test_untiled_matmuls_verify_and_beat_the_tiled_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
@@ -330,8 +360,9 @@ def test_untiled_matmuls_verify_and_beat_the_tiled_originals_on_the_gpu() -> Non
     targets = [_target(source, name_of(source)) for source in (GUIDE, TERNARY, DIRECT, TRANSPOSED)]
     (bench,) = load_targets(OUTSIDE / "matmul_tiled.cu").targets
     (textbook,) = load_targets(TEXTBOOK).targets  # its spec inferred: verified against the original
+    (unchecked,) = load_targets(UNCHECKED).targets
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
-        for target in [*targets, bench, textbook]:
+        for target in [*targets, bench, textbook, unchecked]:
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, propose(target))

@@ -17,6 +17,11 @@ Offered only where every step is proven on the tree and the analysis's forms: a 
 tiles' shape, each tile stored once a phase by every thread at its own position, read only at thread
 positions and the inner loop's index, both barriers in place, the inner loop one sum of two tile
 elements, every guard a bound on kk or on an output the final check bounds, and the phases covering kk.
+
+The textbook's first version checks no bounds at all (`ph < Width / TILE_WIDTH`, the store unguarded):
+it is right only where its one size is a multiple of the tile. For a square whose phases count exactly
+Width / T, the rewrite assumes that (and says so in the candidate) and writes the naive kernel with the
+check the original leaves out, which changes nothing where the assumption holds.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
-from cuda_agent.agent.analysis.facts import Guard, GuardBound, Loop
+from cuda_agent.agent.analysis.facts import GuardBound, Loop
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.values import Pointer, Values, text, unwrap
@@ -135,8 +140,12 @@ class _Untiled:
         """The naive kernel's body, and what it assumes beyond the tiled one."""
         guard = self.facts.guard
         top = _code(self.tree.body)
-        if guard is None or guard.early_return or len(top) < 2 or top[-1] != guard.statement:
-            raise _Unsupported("no bounds check on the store after the phases")
+        last = top[-1] if len(top) >= 2 else None
+        checked = guard is not None and not guard.early_return and last == guard.statement
+        # A textbook's first tiled matmul checks no bounds: the store alone after the phases.
+        unchecked = guard is None and last is not None and last.type == "expression_statement"
+        if not (checked or unchecked):
+            raise _Unsupported("no bounds check, or more than the store, after the phases")
         phases_node = top[-2]
         declarations = top[:-2]
         if any(s.type != "declaration" for s in declarations):
@@ -148,7 +157,9 @@ class _Untiled:
                 self._bind(declaration)
         if not self.tiles:
             raise _Unsupported("no shared tiles")
-        row, col = self._owners(guard)
+        final = statements(guard.statement.child_by_field_name("consequence")) if guard else [top[-1]]
+        checks = [b.index for b in guard.bounds] if guard is not None else sorted(identifiers(top[-1]))
+        row, col = self._owners(checks)
         phases = self._loop(phases_node)
         if phases.start.value() != 0:
             raise _Unsupported("the phases do not start at 0")
@@ -167,18 +178,50 @@ class _Untiled:
         self.k_is = Form.atom(_DEPTH) - Form.atom(phases.variable) * Form.constant(depth if step == 1 else 1)
         self._check_stores(stores)
         accumulator, left, right = self._accumulation(inner)
-        self._check_names(phases, inner, accumulator, {row, col})
+        self._check_names(phases, inner, accumulator, {row, col}, final)
         self.names = {_ROW: row, _COL: col, _DEPTH: inner.variable}
+        reads = [self._read(read, inner.variable, depth) for read in (left, right)]
+        factors = [self._value(tile, read) for tile, read in reads]
+        if guard is None:
+            extent = self._whole_tiles(phases, step, depth, [tile for tile, _ in reads])
+            condition = f"{row} < {self._spelled(extent)} && {col} < {self._spelled(extent)}"
+            return self._written(condition, final, accumulator, factors, extent), tuple(self.assumptions)
         bounds = {_ROW: guard.bound_of(row), _COL: guard.bound_of(col)}
-        factors, depth_bounds = [], []
-        for read in (left, right):
-            tile, reads = self._read(read, inner.variable, depth)
-            factors.append(self._value(tile, reads))
-            depth_bounds.append(self._depth_bound(tile, reads, bounds))
+        depth_bounds = [self._depth_bound(tile, read, bounds) for tile, read in reads]
         bound = depth_bounds[0]
         if any(b != bound for b in depth_bounds) or not self._covers(phases_node, step, depth, bound):
             raise _Unsupported("the phases do not cover the depth, or the tiles bound it differently")
-        return self._written(guard, accumulator, factors, bound), tuple(self.assumptions)
+        condition_node = guard.statement.child_by_field_name("condition")
+        assert condition_node is not None
+        condition = self.tree.text(condition_node.named_children[0])
+        return self._written(condition, final, accumulator, factors, bound), tuple(self.assumptions)
+
+    def _whole_tiles(self, phases: Loop, step: int, depth: int, tiles: list[_Tile]) -> Form:
+        """For a kernel that checks no bounds: n, when the phases count `n / T` one at a time, every tile
+        is loaded unguarded and the kernel has the one size n (a square). It is right only where n is a
+        multiple of T (elsewhere it reads and writes past the matrices), which the rewrite then assumes;
+        the naive kernel checks its bounds, so the assumption costs nothing where it holds."""
+        if step != 1 or any(tile.guard is not None for tile in tiles) or len(self.sizes) != 1:
+            raise _Unsupported("an unchecked kernel other than a square's whole tiles")
+        condition = phases.node.child_by_field_name("condition")
+        compared = unwrap(condition) if condition is not None else None
+        operator = compared.child_by_field_name("operator") if compared is not None else None
+        written = compared.child_by_field_name("right") if compared is not None else None
+        if written is None or operator is None or operator.type != "<":
+            raise _Unsupported("the phases of an unchecked kernel are not counted as `ph < n / T`")
+        count = self.values.form(written)  # in this reading's atoms, whose quotients it can take apart
+        atom = next(iter(count.atoms()), "") if len(count.terms) == 1 else ""
+        split = self.values.atoms.splits.get(atom)
+        if split is None or count.coefficient(atom) != Form.constant(1) or split[1].value() != depth:
+            raise _Unsupported("the phases of an unchecked kernel are not n / T")
+        extent = split[0]
+        if extent != Form.atom(next(iter(self.sizes))):
+            raise _Unsupported("the phases of an unchecked kernel do not count the square's side")
+        self.assumptions.append(
+            f"{next(iter(self.sizes))} is a multiple of {depth}, the tile (the original reads past its "
+            "matrices otherwise)"
+        )
+        return extent
 
     def _declare_tiles(self, declaration: Node) -> None:
         type_node = declaration.child_by_field_name("type")
@@ -224,17 +267,18 @@ class _Untiled:
             else:
                 self.values.bindings[text(name)] = self.values.form(value)
 
-    def _owners(self, guard: Guard) -> tuple[str, str]:
-        """The locals the final check bounds that are the thread's global row and col."""
+    def _owners(self, names: list[str]) -> tuple[str, str]:
+        """Of these locals (those the final check bounds, or the store reads), the thread's global row
+        and col."""
         found = {}
-        for bound in guard.bounds:
-            value = self.values.bindings.get(bound.index)
+        for name in names:
+            value = self.values.bindings.get(name)
             for axis in "xy":
                 expected = Form.atom(f"blockIdx.{axis}") * Form.constant(self.block[axis]) + Form.atom(
                     f"threadIdx.{axis}"
                 )
                 if isinstance(value, Form) and self._pinned(value) == expected:
-                    found.setdefault(axis, bound.index)
+                    found.setdefault(axis, name)
         if set(found) != {"x", "y"}:
             raise _Unsupported("the final check does not bound the global row and col")
         return found["y"], found["x"]
@@ -381,7 +425,9 @@ class _Untiled:
             raise _Unsupported("not a sum of products of two tile elements")
         return accumulator, product[0], product[1]
 
-    def _check_names(self, phases: Loop, inner: Loop, accumulator: str, owners: set[str]) -> None:
+    def _check_names(
+        self, phases: Loop, inner: Loop, accumulator: str, owners: set[str], final: list[Node]
+    ) -> None:
         """Locals set once, but for the sum and the two loops' variables; the sum declared with its
         identity; and after the phases, only the output's indices and the sum used."""
         if self.mutable - {accumulator, phases.variable, inner.variable}:
@@ -401,8 +447,8 @@ class _Untiled:
             raise _Unsupported("the sum is not a float, as the tiles are")
         self.accumulator_declaration = declaration
         guard = self.facts.guard
-        assert guard is not None
-        if (identifiers(guard.statement) & self.locals) - owners - {accumulator}:
+        after = [guard.statement] if guard is not None else final
+        if set().union(*(identifiers(node) for node in after)) & self.locals - owners - {accumulator}:
             raise _Unsupported("the final store uses other locals")
 
     def _read(self, node: Node, k: str, depth: int) -> tuple[_Tile, dict[str, Form]]:
@@ -572,21 +618,20 @@ class _Untiled:
         joined = " ".join(parts) or "0"
         return joined[2:] if joined.startswith("+ ") else "-" + joined[2:]
 
-    def _written(self, guard: Guard, accumulator: str, factors: list[str], bound: Form) -> str:
-        """`row` and `col` from the thread's place, and under the user's check the sum over kk, then the
-        user's statements that store it."""
+    def _written(
+        self, condition: str, final: list[Node], accumulator: str, factors: list[str], bound: Form
+    ) -> str:
+        """`row` and `col` from the thread's place, and under the check (the user's) the sum over kk, then
+        the user's statements that store it."""
         tree, unit = self.tree, self.tree.indent_unit()
         row, col, k = self.names[_ROW], self.names[_COL], self.names[_DEPTH]
-        condition = guard.statement.child_by_field_name("condition")
-        consequence = guard.statement.child_by_field_name("consequence")
-        assert condition is not None and consequence is not None
-        kept = [reindent(tree.text(s), line_indent(tree, s), unit * 2) for s in statements(consequence)]
+        kept = [reindent(tree.text(s), line_indent(tree, s), unit * 2) for s in final]
         assert self.accumulator_declaration is not None
         lines = [
             "{",
             f"{unit}{self._declared_type(row)}{row} = blockIdx.y * blockDim.y + threadIdx.y;",
             f"{unit}{self._declared_type(col)}{col} = blockIdx.x * blockDim.x + threadIdx.x;",
-            f"{unit}if ({tree.text(condition.named_children[0])}) {{",
+            f"{unit}if ({condition}) {{",
             f"{unit * 2}{tree.text(self.accumulator_declaration)}",
             f"{unit * 2}for (int {k} = 0; {k} < {self._spelled(bound)}; ++{k})",
             f"{unit * 3}{accumulator} += {factors[0]} * {factors[1]};",
