@@ -334,6 +334,10 @@ def test_a_tiled_matmul_that_checks_no_bounds_is_untiled_assuming_whole_tiles() 
     assert target.spec is not None and target.spec.verify_sizes == ({"Width": 144},)
     candidates = check(target, propose)
     assert all("Width is a multiple of 16" in " ".join(c.assumptions) for c in candidates)
+    # the sum value-initialised, as C++ course code writes it
+    braced = UNCHECKED.read_text().replace("float Pvalue = 0;", "float Pvalue {};")
+    (target,) = load_targets(UNCHECKED, braced).targets
+    assert len(check(target, propose)) == len(candidates)
 
 
 @pytest.mark.parametrize(

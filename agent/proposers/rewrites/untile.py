@@ -441,7 +441,8 @@ class _Untiled:
             None,
         )
         single = single_declaration(declaration, self.tree) if declaration is not None else None
-        if single is None or single[2] is None or text(single[2]).strip() not in ZERO_LITERALS:
+        zero = single[2] is not None and _zero_initialiser(text(single[2])) if single is not None else False
+        if single is None or not zero:
             raise _Unsupported("the sum is not declared alone, from 0, before the phases")
         if single[0] != "float":
             raise _Unsupported("the sum is not a float, as the tiles are")
@@ -648,6 +649,15 @@ class _Untiled:
                 first = index.declaration.children_by_field_name("declarator")[0]
                 return self.tree.data[index.declaration.start_byte : first.start_byte].decode("utf-8")
         return "int "
+
+
+def _zero_initialiser(written: str) -> bool:
+    """`0.0f`, or a brace initialiser of nothing or of a zero (`float acc {};`, `{0}`)."""
+    inner = written.strip()
+    if inner.startswith("{") and inner.endswith("}"):
+        inner = inner[1:-1].strip()
+        return not inner or inner in ZERO_LITERALS
+    return inner in ZERO_LITERALS
 
 
 def _code(block: Node) -> list[Node]:
