@@ -567,6 +567,47 @@ def test_a_square_kernel_on_blockdim_steps_that_checks_no_bounds_is_still_refuse
     assert spec is None and "but the signature has one size (N)" in note
 
 
+def test_tiles_stepped_through_a_24_bit_multiply_are_tiles_too():
+    # image-processing code of the CUDA 1.x era: `__mul24(blockIdx.x, 16) + threadIdx.x`
+    spec = inferred("""
+        __global__ void Subtract(float* d_Result, const float* d_Data1, const float* d_Data2, int width,
+                                 int height) {
+            const int x = __mul24(blockIdx.x, 16) + threadIdx.x;
+            const int y = __mul24(blockIdx.y, 16) + threadIdx.y;
+            int p = __mul24(y, width) + x;
+            if (x < width && y < height) d_Result[p] = d_Data1[p] - d_Data2[p];
+        }""")
+    assert spec.launch.block == (16, 16)
+    assert spec.launch.grid == ("ceil_div(width, 16)", "ceil_div(height, 16)")
+
+
+def test_an_index_moved_by_a_size_in_a_loop_steps_no_block():
+    """`col += nx` redefines a global index from a size alone: it says nothing of the block's steps."""
+    spec = inferred("""
+        __global__ void transposeRow(float* out, const float* in, const int nx, const int ny) {
+            unsigned int ix = blockDim.x * blockIdx.x + threadIdx.x;
+            unsigned int iy = blockDim.y * blockIdx.y + threadIdx.y;
+            unsigned int row = iy * gridDim.x * blockDim.x + ix;
+            if (row < ny) {
+                int col = row;
+                for (int i = row * nx; i < (row + 1) * nx; i++) { out[col] = in[i]; col += nx; }
+            }
+        }""")
+    assert spec.launch.block == (32, 8)
+
+
+def test_2d_steps_that_cannot_be_read_keep_the_32_by_8_block():
+    # `32*bx + 32*w*by`: no one tile for both axes, as written; the 2-D layout's block, as before
+    spec = inferred("""
+        __global__ void brighten(const float* img, float* out, int w, int h) {
+            int tx = threadIdx.x; int ty = threadIdx.y;
+            int bx = blockIdx.x; int by = blockIdx.y;
+            int pos = tx + 32*bx + w*ty + 32*w*by;
+            out[pos] = min(255.0f, img[pos] + 50);
+        }""")
+    assert spec.launch.block == (32, 8)
+
+
 def test_a_tiled_matmul_whose_inner_product_steps_by_four_is_still_square_tiles():
     unrolled = TILED_MATMUL.replace(
         "for (int k = 0; k < BLOCKSIZE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];",

@@ -226,9 +226,8 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
 
     if analysis.uses_y:
         tile = analysis.tile(analysis.global_indices)
-        if tile is None:
-            return _STEPPED_BY_A_CONSTANT
-        if tile == BLOCK_DIM:
+        if tile is None or tile == BLOCK_DIM:
+            # blockDim steps, or steps this cannot read (`32*bx + 32*w*by`): the 32 x 8 block, as ever
             grid = (f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)")
             return layout("2-D", grid, {}, block=(32, 8))
         block, grid = _tiled_launch(tile, (rows, cols))
@@ -651,6 +650,21 @@ def _compared_pairs(nodes: list[Node]) -> Iterator[tuple[Node, Node]]:
         yield from _operands(node)
 
 
+_MULTIPLIES = frozenset({"__mul24", "__umul24"})  # `__mul24(blockIdx.x, 16)`: 24-bit products
+
+
+def _product_operands(node: Node) -> Iterator[tuple[Node, Node]]:
+    """(one factor, the other) of `a * b` or `__mul24(a, b)`, both ways round; nothing for other nodes."""
+    if node.type == "binary_expression" and _text(node.child_by_field_name("operator")) == "*":
+        yield from _operands(node)
+    elif node.type == "call_expression" and _text(node.child_by_field_name("function")) in _MULTIPLIES:
+        arguments = node.child_by_field_name("arguments")
+        factors = [c for c in arguments.named_children if c.type != "comment"] if arguments else []
+        if len(factors) == 2:
+            yield factors[0], factors[1]
+            yield factors[1], factors[0]
+
+
 def _operands(node: Node) -> Iterator[tuple[Node, Node]]:
     """(one operand, the other) of a binary expression, both ways round."""
     left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
@@ -793,14 +807,16 @@ class BodyAnalysis:
         for name, value in self.definitions:
             if name not in indices & self.global_indices:
                 continue
-            if "blockDim" in self._roots(value):
+            if not any(self._block_number(node) for node in walk(value)):
+                continue  # built from other indices (`p = y * width + x`) or sizes (`col += nx`): theirs
+            roots = self._roots(value)
+            if "blockDim" in roots:
                 steps.add(BLOCK_DIM)
                 continue
             factors = {
                 _text(unwrapped(other))
                 for node in walk(value)
-                if node.type == "binary_expression" and _text(node.child_by_field_name("operator")) == "*"
-                for side, other in _operands(node)
+                for side, other in _product_operands(node)
                 if self._block_number(unwrapped(side))
             }
             numbers = {self._constant(factor) for factor in factors}
