@@ -496,22 +496,22 @@ class _Host:
 
 
 def _inferred(
-    kernel: Kernel, text: str, data: bytes, tree: Tree, host: _Host
+    kernel: Kernel, text: str, data: bytes, tree: Tree, host: _Host, headers: tuple[bytes, ...] = ()
 ) -> tuple[KernelSpec | None, str]:
     own = data[kernel.start_byte : kernel.end_byte]
     typedefs = host.typedefs
     dependencies = host.dependencies.get(kernel.name)
-    # What the kernel alone says: its text, the type aliases and the file's #defines it names (a TILE, the
-    # sizes of a kernel without size parameters). Kept by those, so that a big file's kernels that an edit
-    # only moved are not read again.
+    # What the kernel alone says: its text, the type aliases and the #defines it names, the file's or its
+    # own headers' (a TILE, the sizes of a kernel without size parameters). Kept by those, so that a big
+    # file's kernels that an edit only moved are not read again.
     aliases = tuple(sorted(typedefs.items()))
-    defined = integer_defines(tree)
+    defined = integer_defines(tree, headers)
     words = {word.decode() for word in _IDENTIFIER.findall(own)}
     named = tuple(sorted((name, defined[name]) for name in words & defined.keys()))
 
     def from_signature() -> tuple[KernelSpec | None, str]:
         return _FROM_SIGNATURE.get_or_make(
-            (own, aliases, named), lambda: infer_spec(kernel, text, tree, typedefs)
+            (own, aliases, named), lambda: infer_spec(kernel, text, tree, typedefs, headers)
         )
 
     if dependencies is None:
@@ -807,6 +807,7 @@ class _Inference:
         self._earlier_inferred = earlier_file.inferred if earlier_file is not None else {}
         self._host: _Host | Exception | None = None
         self._neighbours: Neighbours | None = None  # the files next to it that launch kernels
+        self._headers: tuple[bytes, ...] | None = None  # see _header_texts
         self.inferred: dict[int, InferredSpec] = {}
         self._kept_inferred: Mapping[int, InferredSpec] | None = None  # see _kept
 
@@ -847,7 +848,7 @@ class _Inference:
                 if kept is not None:
                     self.inferred[id(kernel.read)] = kept
                     return kept[1], kept[2]
-        spec, reason = _inferred(kernel, self.text, self.data, self.tree, host)
+        spec, reason = _inferred(kernel, self.text, self.data, self.tree, host, self._header_texts())
         if elsewhere:
             # Nothing here launches it: a header's kernel, launched from the .cu next to it.
             found, why = infer_from_elsewhere(self._neighbours, kernel, self.tree, host.program())
@@ -855,6 +856,12 @@ class _Inference:
         else:  # what other files say is read again each time: they may have changed on disk
             self.inferred[id(kernel.read)] = (kernel.read, spec, reason)
         return spec, reason
+
+    def _header_texts(self) -> tuple[bytes, ...]:
+        """The texts of the file's own headers (read once a text: a big file asks for each kernel)."""
+        if self._headers is None:
+            self._headers = tuple(header.data for header in local_headers(self.path, self.data))
+        return self._headers
 
     def _kept(self, host: _Host) -> Mapping[int, InferredSpec]:
         """The specs inferred in the text before the edit, if the host code's facts are those they were

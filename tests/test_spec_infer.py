@@ -641,3 +641,25 @@ def test_2d_indices_stepped_by_no_single_known_tile_are_refused(change: tuple[st
     assert source != TILED_TRANSPOSE
     spec, note = infer(source)
     assert spec is None and "step blocks by something other than blockDim or one constant" in note, why
+
+
+def test_a_tile_and_sizes_defined_in_the_files_own_header_count(tmp_path: Path) -> None:
+    """Kernels extracted with `#include "includes.h"` (a dataset of public kernels, course code with a
+    common.h) define their TILE and sizes there; two files with the same kernel text and different headers
+    get each their own spec (what the kernel alone says is kept by the #defines it names)."""
+    from cuda_agent.agent.targets import load_targets
+
+    kernel = TILED_TRANSPOSE.replace("#define TILE 32", '#include "includes.h"')
+    for folder, tile in (("a", 16), ("b", 8)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "includes.h").write_text(f"#pragma once\n#define TILE {tile}\n")
+        (tmp_path / folder / "transpose.cu").write_text(kernel)
+        (target,) = load_targets(tmp_path / folder / "transpose.cu").targets
+        assert target.spec is not None, target.note
+        assert target.spec.launch.block == (tile, tile)
+    fixed = '#include "includes.h"\n__global__ void k(const float* a, float* c) {\n'
+    fixed += "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < N) c[i] = 2.0f * a[i];\n}\n"
+    (tmp_path / "a" / "includes.h").write_text("#define N (1024 * 1024)\n")
+    (tmp_path / "a" / "fixed.cu").write_text(fixed)
+    (target,) = load_targets(tmp_path / "a" / "fixed.cu").targets
+    assert target.spec is not None and target.spec.sizes == {"N": 1024 * 1024}, target.note

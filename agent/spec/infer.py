@@ -24,10 +24,11 @@ when it also reads it (`y[i] += ...`, `y[i] = y[i] * 2`, atomics); a pointer onl
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.kernels import Kernel, Parameter
+from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases, is_float
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
@@ -73,10 +74,15 @@ class _Use:
 
 
 def infer_spec(
-    kernel: Kernel, source: str, tree: Tree | None = None, typedefs: Mapping[str, str] | None = None
+    kernel: Kernel,
+    source: str,
+    tree: Tree | None = None,
+    typedefs: Mapping[str, str] | None = None,
+    headers: Sequence[bytes] = (),
 ) -> tuple[KernelSpec | None, str]:
     """(spec, note) when the kernel has a recognised shape; (None, why not) otherwise. `typedefs`: the
-    file's type aliases (`typedef __nv_bfloat16 floatX;`), followed to the element type."""
+    file's type aliases (`typedef __nv_bfloat16 floatX;`), followed to the element type; `headers`: the
+    texts of the file's own headers, whose #defines (a TILE, sizes) count as the file's."""
     if kernel.has_errors:
         return None, "the kernel has syntax errors"
     instantiate, template_types = instantiation(kernel)
@@ -96,10 +102,11 @@ def infer_spec(
     pointers, int_scalars, float_scalars = classified
 
     parsed = tree
-    analysis = BodyAnalysis(body, {p.name for p, _ in pointers}, lambda: integer_defines(parsed))
+    analysis = BodyAnalysis(body, {p.name for p, _ in pointers}, lambda: integer_defines(parsed, headers))
     taken = {parameter.name for parameter in kernel.parameters}
     size_of = {parameter.name: size_name_for(parameter.name, taken) for parameter, _ in int_scalars}
-    fixed, ordered = _fixed_sizes(body, tree, analysis) if not int_scalars else ({}, False)
+    defines = file_defines(tree, headers)
+    fixed, ordered = _fixed_sizes(body, defines, analysis) if not int_scalars else ({}, False)
     if len(int_scalars) == 1:
         layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
@@ -354,7 +361,9 @@ def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | s
     )
 
 
-def _fixed_sizes(body: Node, tree: Tree, analysis: BodyAnalysis) -> tuple[dict[str, int], bool]:
+def _fixed_sizes(
+    body: Node, defines: Sequence[tuple[str, str]], analysis: BodyAnalysis
+) -> tuple[dict[str, int], bool]:
     """The sizes of a kernel with no integer parameter, from the file's `#define NAME <integer>` constants
     the body reads: one compared with a global thread index (`if (i < N)`), with at most one other that
     bounds a loop (`j < COLS`: rows, cols, in that order, so True), or two compared with thread indices
@@ -362,7 +371,7 @@ def _fixed_sizes(body: Node, tree: Tree, analysis: BodyAnalysis) -> tuple[dict[s
     TILE or BLOCK_SIZE is no size), or where one of them is defined twice or is no positive integer."""
     read = {_text(node) for node in walk(body) if node.type == "identifier"}
     values: dict[str, int | None] = {}
-    for name, value in file_defines(tree):
+    for name, value in defines:
         if name not in read or not is_size_name(name):
             continue
         try:
@@ -383,19 +392,21 @@ def _fixed_sizes(body: Node, tree: Tree, analysis: BodyAnalysis) -> tuple[dict[s
     return {}, False
 
 
-def integer_defines(tree: Tree) -> dict[str, int]:
-    """The file's `#define NAME <integer expression>` constants; a name defined twice is left out."""
-    return _read_defines(tree)[1]
+def integer_defines(tree: Tree, headers: Sequence[bytes] = ()) -> dict[str, int]:
+    """The `#define NAME <integer expression>` constants of the file and of its own headers (`headers`:
+    their texts, as `local_headers` reads them); a name defined twice is left out."""
+    return _read_defines(tree, tuple(headers))[1]
 
 
-def file_defines(tree: Tree) -> tuple[tuple[str, str], ...]:
+def file_defines(tree: Tree, headers: Sequence[bytes] = ()) -> tuple[tuple[str, str], ...]:
     """(name, value) of each `#define` at file scope (in `#if` branches, `extern "C"` and namespaces too),
-    in order, the value without a trailing line comment."""
-    return _read_defines(tree)[0]
+    the headers' first (they are included above the code), the value without a trailing line comment."""
+    return _read_defines(tree, tuple(headers))[0]
 
 
 _Defines = tuple[tuple[tuple[str, str], ...], dict[str, int]]
-_DEFINES: list[tuple[Tree, _Defines]] = []
+_DEFINES: list[tuple[Tree, tuple[bytes, ...], _Defines]] = []
+_HEADER_DEFINES: BoundedMemo[bytes, tuple[tuple[str, str], ...]] = BoundedMemo(256)
 _DEFINES_LOCK = threading.Lock()
 # Where a #define can stand between declarations: the file, its #if branches, extern "C" and namespaces.
 _DECLARATION_SCOPES = frozenset(
@@ -406,14 +417,15 @@ _DECLARATION_SCOPES = frozenset(
 )  # fmt: skip
 
 
-def _read_defines(tree: Tree) -> _Defines:
+def _read_defines(tree: Tree, headers: tuple[bytes, ...]) -> _Defines:
     """Kept for the last few trees: a big file's hundreds of kernels read them once, not once each (the
-    trees are compared by identity, never hashed)."""
+    trees are compared by identity, never hashed; the headers, small, by their texts)."""
     with _DEFINES_LOCK:
-        for kept, found in _DEFINES:
-            if kept is tree:
+        for kept, kept_headers, found in _DEFINES:
+            if kept is tree and kept_headers == headers:
                 return found
-    defines = tuple(_file_defines(tree))
+    included = tuple(define for data in headers for define in _header_defines(data))
+    defines = included + tuple(_file_defines(tree))
     values: dict[str, int | None] = {}
     for name, value in defines:
         try:
@@ -423,9 +435,13 @@ def _read_defines(tree: Tree) -> _Defines:
         values[name] = number if name not in values and isinstance(number, int) else None
     found = (defines, {name: number for name, number in values.items() if number is not None})
     with _DEFINES_LOCK:
-        _DEFINES.insert(0, (tree, found))
+        _DEFINES.insert(0, (tree, headers, found))
         del _DEFINES[4:]
     return found
+
+
+def _header_defines(data: bytes) -> tuple[tuple[str, str], ...]:
+    return _HEADER_DEFINES.get_or_make(data, lambda: tuple(_file_defines(parse_cuda(data))))
 
 
 def _file_defines(tree: Tree) -> Iterator[tuple[str, str]]:
