@@ -37,7 +37,7 @@ from cuda_agent.agent.proposers.rewrites import (
     warp_per_output,
     y_split,
 )
-from cuda_agent.agent.targets import KernelTarget, load_targets, with_block
+from cuda_agent.agent.targets import KernelTarget, reloaded_target, with_block
 
 Proposer = Callable[[KernelTarget], list[Candidate]]
 # Evaluate candidates in order, calling back after each result: Engine.evaluate with its baseline bound.
@@ -318,7 +318,7 @@ def _chained(
     notes: list[str],
     depth: int = 1,
 ) -> list[list[Candidate]]:
-    base_target = _reloaded(original, base)
+    base_target = reloaded_target(original, base.source, base.kernel_name)
     if base_target is None:
         return []
     groups = []
@@ -349,28 +349,13 @@ def _combinations(
     helpful = helped(outcome.results)
     groups: list[list[Candidate]] = []
     for base in beam(outcome.results, width):
-        base_target = _reloaded(original, base.candidate)
+        base_target = reloaded_target(original, base.candidate.source, base.candidate.kernel_name)
         if base_target is None:
             continue
         for name in follow_ups(base.candidate, helpful, proposers):
             steps = _propose(name, proposers[name], base_target, outcome.notes)
             groups.append([combine(base.candidate, step, base_target, original) for step in steps])
     return interleave(groups)
-
-
-def _reloaded(original: KernelTarget, candidate: Candidate) -> KernelTarget | None:
-    """The candidate's file as a target, as the user would have it after applying the candidate. A file
-    without a written spec keeps the original's (inferred) spec rather than re-inferring one from the
-    rewritten kernel, which may read differently."""
-    name = candidate.kernel_name or original.kernel.name
-    reloaded = load_targets(original.path, candidate.source, infer=False).find(name)
-    if reloaded is None or original.spec is None:
-        return None
-    if reloaded.spec is None and not original.spec.inferred:
-        return None  # the candidate's written spec no longer parses: nothing sound to build on
-    if reloaded.spec is None or reloaded.spec.inferred:
-        reloaded = replace(reloaded, spec=original.spec)
-    return reloaded
 
 
 def _fresh(candidates: list[Candidate], tried: set[str]) -> list[Candidate]:

@@ -807,7 +807,7 @@ class _Inference:
         self._earlier_inferred = earlier_file.inferred if earlier_file is not None else {}
         self._host: _Host | Exception | None = None
         self._neighbours: Neighbours | None = None  # the files next to it that launch kernels
-        self._headers: tuple[bytes, ...] | None = None  # see _header_texts
+        self._headers: tuple[Header, ...] | None = None  # see _local_headers
         self.inferred: dict[int, InferredSpec] = {}
         self._kept_inferred: Mapping[int, InferredSpec] | None = None  # see _kept
 
@@ -825,7 +825,7 @@ class _Inference:
             try:
                 self._host = _Host(
                     self.text, self.data, self.tree, self._kernels, self._earlier, self._earlier_host,
-                    lambda: local_headers(self.path, self.data),
+                    self._local_headers,
                 )  # fmt: skip
             except StaleTree:
                 raise
@@ -857,11 +857,14 @@ class _Inference:
             self.inferred[id(kernel.read)] = (kernel.read, spec, reason)
         return spec, reason
 
-    def _header_texts(self) -> tuple[bytes, ...]:
-        """The texts of the file's own headers (read once a text: a big file asks for each kernel)."""
+    def _local_headers(self) -> tuple[Header, ...]:
+        """The file's own headers, read once a text: the host code and every kernel's inference ask."""
         if self._headers is None:
-            self._headers = tuple(header.data for header in local_headers(self.path, self.data))
+            self._headers = local_headers(self.path, self.data)
         return self._headers
+
+    def _header_texts(self) -> tuple[bytes, ...]:
+        return tuple(header.data for header in self._local_headers())
 
     def _kept(self, host: _Host) -> Mapping[int, InferredSpec]:
         """The specs inferred in the text before the edit, if the host code's facts are those they were
@@ -1013,3 +1016,17 @@ def problems_for(
 
 def with_block(spec: KernelSpec, block: Sequence[int]) -> KernelSpec:
     return replace(spec, launch=replace(spec.launch, block=tuple(block)))
+
+
+def reloaded_target(original: KernelTarget, source: str, name: str | None = None) -> KernelTarget | None:
+    """A rewrite's file (`source`, its kernel `name`, the original's by default) as a target, as the user
+    would have it after applying the rewrite. A file without a written spec keeps the original's
+    (inferred) spec rather than re-inferring one from the rewritten kernel, which may read differently."""
+    reloaded = load_targets(original.path, source, infer=False).find(name or original.kernel.name)
+    if reloaded is None or original.spec is None:
+        return None
+    if reloaded.spec is None and not original.spec.inferred:
+        return None  # the rewrite's written spec no longer parses: nothing sound to build on
+    if reloaded.spec is None or reloaded.spec.inferred:
+        reloaded = replace(reloaded, spec=original.spec)
+    return reloaded

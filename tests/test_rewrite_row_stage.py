@@ -15,9 +15,8 @@ from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.optimize import PROPOSERS
 from cuda_agent.agent.proposers.rewrites import row_stage, vector_loop, warp_per_output
 from cuda_agent.agent.proposers.tree import SHARED_LIMIT
-from cuda_agent.agent.search import _reloaded
 from cuda_agent.agent.spec import complete_sizes, resolve
-from cuda_agent.agent.targets import KernelTarget, load_targets
+from cuda_agent.agent.targets import KernelTarget, load_targets, reloaded_target
 
 from tests.test_idioms import _target
 from tests.test_rewrite_warp_per_output import check
@@ -37,7 +36,7 @@ def split(path: Path) -> list[KernelTarget]:
     """The kernel after warp-per-output's first two shapes, as the search chains them (launch written)."""
     original = target_of(path)
     candidates = PROPOSERS[warp_per_output.PROPOSER](original)[:2]
-    reloaded = [_reloaded(original, c) for c in candidates]
+    reloaded = [reloaded_target(original, c.source) for c in candidates]
     assert all(t is not None for t in reloaded)
     return [t for t in reloaded if t is not None]
 

@@ -11,6 +11,8 @@ from cuda_agent.agent.spec import InitSpec, KernelSpec, parse_specs, render_spec
 from cuda_agent.agent.spec.infer import infer_spec
 from cuda_agent.sandbox.plan import LaunchPlan
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def infer(source: str) -> tuple[KernelSpec | None, str]:
     (kernel,) = find_kernels(source)
@@ -537,25 +539,7 @@ def test_a_shared_memory_tiled_matmul_over_three_sizes_gets_its_tile_as_block():
 def test_a_tiled_matmul_that_checks_no_bounds_covers_its_square_in_whole_tiles():
     """The textbook's first tiled matmul: `Row = by * TILE_WIDTH + ty` through locals, no bounds check,
     n a multiple of the tile (as the verify size is)."""
-    spec = inferred("""
-        #define TILE_WIDTH 16
-        __global__ void MatrixMulKernel(float* Md, float* Nd, float* Pd, int Width) {
-            __shared__ float Mds[TILE_WIDTH][TILE_WIDTH];
-            __shared__ float Nds[TILE_WIDTH][TILE_WIDTH];
-            int bx = blockIdx.x; int by = blockIdx.y;
-            int tx = threadIdx.x; int ty = threadIdx.y;
-            int Row = by * TILE_WIDTH + ty;
-            int Col = bx * TILE_WIDTH + tx;
-            float Pvalue = 0;
-            for (int m = 0; m < Width / TILE_WIDTH; ++m) {
-                Mds[ty][tx] = Md[Row * Width + (m * TILE_WIDTH + tx)];
-                Nds[ty][tx] = Nd[(m * TILE_WIDTH + ty) * Width + Col];
-                __syncthreads();
-                for (int k = 0; k < TILE_WIDTH; ++k) Pvalue += Mds[ty][k] * Nds[k][tx];
-                __syncthreads();
-            }
-            Pd[Row * Width + Col] = Pvalue;
-        }""")
+    spec = inferred((ROOT / "tests" / "kernels" / "tiled" / "textbook_matmul_unchecked.cu").read_text())
     assert spec.inference_note.startswith("spec inferred from the square 2-D contraction pattern")
     assert spec.launch.block == (16, 16) and spec.verify_sizes == ({"Width": 144},)
     assert spec.sizes == {"Width": 1024} and roles(spec)["Pd"] == ("output", ("Width", "Width"))

@@ -105,8 +105,11 @@ def infer_spec(
     analysis = BodyAnalysis(body, {p.name for p, _ in pointers}, lambda: integer_defines(parsed, headers))
     taken = {parameter.name for parameter in kernel.parameters}
     size_of = {parameter.name: size_name_for(parameter.name, taken) for parameter, _ in int_scalars}
-    defines = file_defines(tree, headers)
-    fixed, ordered = _fixed_sizes(body, defines, analysis) if not int_scalars else ({}, False)
+    if int_scalars:
+        fixed, ordered = {}, False
+    else:
+        defined = (name for name, _ in file_defines(tree, headers))
+        fixed, ordered = _fixed_sizes(body, defined, integer_defines(tree, headers), analysis)
     if len(int_scalars) == 1:
         layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
@@ -362,7 +365,7 @@ def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | s
 
 
 def _fixed_sizes(
-    body: Node, defines: Sequence[tuple[str, str]], analysis: BodyAnalysis
+    body: Node, defined: Iterable[str], numbers: Mapping[str, int], analysis: BodyAnalysis
 ) -> tuple[dict[str, int], bool]:
     """The sizes of a kernel with no integer parameter, from the file's `#define NAME <integer>` constants
     the body reads: one compared with a global thread index (`if (i < N)`), with at most one other that
@@ -371,14 +374,10 @@ def _fixed_sizes(
     TILE or BLOCK_SIZE is no size), or where one of them is defined twice or is no positive integer."""
     read = {_text(node) for node in walk(body) if node.type == "identifier"}
     values: dict[str, int | None] = {}
-    for name, value in defines:
-        if name not in read or not is_size_name(name):
-            continue
-        try:
-            number = evaluate(value, {}) if value else None
-        except (ExpressionError, ArithmeticError):
-            number = None
-        values[name] = number if name not in values and number is not None and number > 0 else None
+    for name in defined:  # `numbers` holds those defined once, as an integer
+        if name in read and is_size_name(name):
+            number = numbers.get(name)
+            values[name] = number if number is not None and number > 0 else None
     constants = {name: number for name, number in values.items() if number is not None}
     bounding = analysis.compared_with_global_index | analysis.loop_bound_names
     if any(number is None and name in bounding for name, number in values.items()):

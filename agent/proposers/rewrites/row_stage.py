@@ -34,14 +34,16 @@ from cuda_agent.agent.proposers.tree import (
     accessed_array,
     apply_to_body,
     build_candidate,
+    declarator_name,
     element_type,
     fits_shared_memory,
+    identifiers,
     line_indent,
     local_names,
     shared_arrays,
     walk,
 )
-from cuda_agent.agent.targets import KernelTarget, load_targets
+from cuda_agent.agent.targets import KernelTarget, reloaded_target
 from tree_sitter import Node
 
 PROPOSER = "rewrite:row-stage"
@@ -83,11 +85,10 @@ class _Group:
 
 @dataclass(frozen=True)
 class _Row:
-    """One parameter's row that several passes read: `x[i]` in each of `loops`."""
+    """One parameter's row that several passes read: `x[i]` in each of them."""
 
     array: str
-    base: Form  # the row's first element's offset (the same for every pass)
-    accesses: tuple[Access, ...]
+    reads: tuple[tuple[str, Access], ...]  # each read, with its pass's loop variable
     element: str  # its element type, `float`
 
 
@@ -120,12 +121,12 @@ def _read_as_vectors(target: KernelTarget, staged: Candidate) -> Candidate:
     stage alone leaves each pass reading an element at a time, within noise of reading memory (0.98x to
     1.03x for a warp-per-row layer norm on the H100, against 1.21x to 1.27x read as vectors): one candidate,
     not two, for the search's first round."""
-    assert target.spec is not None and staged.launch is not None
-    reloaded = load_targets(target.path, staged.source, infer=False).find(target.kernel.name)
-    if reloaded is None:
+    assert staged.launch is not None
+    reloaded = reloaded_target(target, staged.source)
+    if reloaded is None or reloaded.spec is None:
         return staged
-    spec = target.spec if reloaded.spec is None or reloaded.spec.inferred else reloaded.spec
-    vectorised = vector_loop.propose(replace(reloaded, spec=replace(spec, launch=staged.launch)))
+    # its launch is written into the spec by the proposers' wrapper, after this: the staged one is this
+    vectorised = vector_loop.propose(replace(reloaded, spec=replace(reloaded.spec, launch=staged.launch)))
     if not vectorised:
         return staged
     description = staged.description.replace(
@@ -147,7 +148,7 @@ def _staged(tree: KernelTree, facts: KernelFacts) -> Candidate:
     group = _group(passes[0])
     _check_uniform_guard(facts, group)
     rows = _rows(tree, facts, passes, group)
-    element_bytes = {a.element_bytes for row in rows for a in row.accesses}
+    element_bytes = {a.element_bytes for row in rows for _, a in row.reads}
     if len(element_bytes) != 1 or None in element_bytes:
         raise _Unsupported("rows of several element sizes")
     (size,) = element_bytes
@@ -248,16 +249,28 @@ def _rows(tree: KernelTree, facts: KernelFacts, passes: list[Loop], group: _Grou
             if not _uniform(base, group, facts):
                 continue
             found.setdefault((access.array, base.text()), []).append((loop, access))
+    # where each local is declared, and which are set again: a read must mean the same before the passes
+    declared: dict[str, int] = {}
+    for node in walk(tree.body):
+        if node.type == "declaration":
+            for name in map(declarator_name, node.children_by_field_name("declarator")):
+                if name is not None:
+                    declared.setdefault(name, node.start_byte)
+    reassigned = assigned_names(tree.body)
     rows = []
     for (array, _), places in found.items():
         if len({loop.node.start_byte for loop, _ in places}) < 2:
             continue
         element = element_type(tree.parameter(array))
-        accesses = tuple(a for _, a in places)
-        if element is None or any(not _placed_before(tree, a, passes[0]) for a in accesses):
+        reads = tuple((loop.variable, access) for loop, access in places)
+        before = passes[0].node.start_byte
+        if element is None or any(
+            name in reassigned or declared.get(name, -1) >= before
+            for variable, access in reads
+            for name in identifiers(access.node) - {variable}
+        ):
             continue
-        base = accesses[0].offset - Form.atom(places[0][0].variable)
-        rows.append(_Row(array, base, accesses, element))
+        rows.append(_Row(array, reads, element))
     if not rows:
         raise _Unsupported("no row read by two passes")
     return rows
@@ -267,58 +280,11 @@ def _uniform(base: Form, group: _Group, facts: KernelFacts) -> bool:
     """The row's start is the same for the whole group: no loop variable, no thread's own number."""
     loops = {loop.variable for loop in facts.loops}
     for atom in base.atoms():
-        if atom in loops or atom == "threadIdx.x" or atom.startswith("⟨(threadIdx.x) %"):
+        if atom in loops or atom.startswith("threadIdx."):
             return False
         if atom.startswith("⟨(threadIdx") and not (group.warp and atom == WARP_UNIFORM):
             return False
-        if atom.startswith("threadIdx."):
-            return False
     return True
-
-
-def _placed_before(tree: KernelTree, access: Access, first: Loop) -> bool:
-    """The access's spelling means the same before the first pass: every name it reads (but the loop
-    variable) is declared before that pass and never assigned again."""
-    reassigned = assigned_names(tree.body)
-    loop_node = _enclosing_loop(access.node)
-    variable = _loop_variable(tree, loop_node) if loop_node is not None else None
-    for node in walk(access.node):
-        if node.type != "identifier" or text(node) == variable:
-            continue
-        name = text(node)
-        if name in reassigned:
-            return False
-        declared = _declaration(tree, name)
-        if declared is not None and declared.start_byte >= first.node.start_byte:
-            return False
-    return True
-
-
-def _enclosing_loop(node: Node) -> Node | None:
-    parent = node.parent
-    while parent is not None and parent.type != "for_statement":
-        parent = parent.parent
-    return parent
-
-
-def _loop_variable(tree: KernelTree, loop: Node) -> str | None:
-    initializer = loop.child_by_field_name("initializer")
-    if initializer is None:
-        return None
-    for node in walk(initializer):
-        if node.type == "identifier":
-            return tree.text(node)
-    return None
-
-
-def _declaration(tree: KernelTree, name: str) -> Node | None:
-    for node in walk(tree.body):
-        if node.type == "declaration":
-            for declarator in node.children_by_field_name("declarator"):
-                inner = declarator.child_by_field_name("declarator") or declarator
-                if inner.type == "identifier" and tree.text(inner) == name:
-                    return node
-    return None
 
 
 def _edits(
@@ -354,17 +320,16 @@ def _edits(
             width=width,
             length=length,
             mask=VECTOR_BYTES - 1,
-            at_s0=_spelled_at(tree, row.accesses[0], s0),
-            at_s=_spelled_at(tree, row.accesses[0], s),
+            at_s0=_spelled_at(tree, row.reads[0], s0),
+            at_s=_spelled_at(tree, row.reads[0], s),
         ).splitlines()
     lines.append(f"{group.sync}  // the staged row is read by other threads of the group")
     at = first.node.start_byte
     edits: list[Edit] = [(at, at, f"\n{indent}".join(lines) + f"\n{indent}")]
     for row in rows:
         stage = names[f"{row.array}_row"]
-        for access in row.accesses:
-            loop = next(p for p in passes if p.node.start_byte <= access.node.start_byte < p.node.end_byte)
-            edits.append((access.node.start_byte, access.node.end_byte, f"{stage}[{loop.variable}]"))
+        for variable, access in row.reads:
+            edits.append((access.node.start_byte, access.node.end_byte, f"{stage}[{variable}]"))
     return edits
 
 
@@ -385,10 +350,9 @@ def _header(tree: KernelTree, loop: Loop) -> tuple[str, str]:
     return tree.text(value), tree.text(step)
 
 
-def _spelled_at(tree: KernelTree, access: Access, variable: str) -> str:
-    """The access's text with its loop's variable read as `variable` (`x[s0]`, `inp[row * C + s0]`)."""
-    loop = _enclosing_loop(access.node)
-    own = _loop_variable(tree, loop) if loop is not None else None
+def _spelled_at(tree: KernelTree, read: tuple[str, Access], variable: str) -> str:
+    """The read's text with its pass's variable read as `variable` (`x[s0]`, `inp[row * C + s0]`)."""
+    own, access = read
     return tree.substituted(
         access.node, lambda n: variable if n.type == "identifier" and text(n) == own else None
     )

@@ -214,14 +214,13 @@ class _Untiled:
         split = self.values.atoms.splits.get(atom)
         if split is None or count.coefficient(atom) != Form.constant(1) or split[1].value() != depth:
             raise _Unsupported("the phases of an unchecked kernel are not n / T")
-        extent = split[0]
-        if extent != Form.atom(next(iter(self.sizes))):
+        (side,) = self.sizes
+        if split[0] != Form.atom(side):
             raise _Unsupported("the phases of an unchecked kernel do not count the square's side")
         self.assumptions.append(
-            f"{next(iter(self.sizes))} is a multiple of {depth}, the tile (the original reads past its "
-            "matrices otherwise)"
+            f"{side} is a multiple of {depth}, the tile (the original reads past its matrices otherwise)"
         )
-        return extent
+        return split[0]
 
     def _declare_tiles(self, declaration: Node) -> None:
         type_node = declaration.child_by_field_name("type")

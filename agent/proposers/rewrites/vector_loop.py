@@ -30,6 +30,7 @@ from cuda_agent.agent.proposers.tree import (
     shared_arrays,
     single_declaration,
     walk,
+    writes,
 )
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
@@ -132,39 +133,30 @@ def _shared_reads(tree: KernelTree, loop: Loop, unplaced: list[Node]) -> dict[st
     runs in it, so reading 16 bytes at a time reads what each element read did. Any other access the
     analysis could not place leaves the loop alone."""
     arrays = shared_arrays(tree)
+    stored = {accessed_array(target) for target in writes(loop.body, tree)}
     found: dict[str, tuple[str, list[Node]]] = {}
     for node in unplaced:
         array, index = node.child_by_field_name("argument"), node.child_by_field_name("indices")
         name = text(array) if array is not None and array.type == "identifier" else ""
+        parent = node.parent
+        address = parent is not None and parent.type == "pointer_expression" and text(parent)[0] == "&"
         if (
             node.type != "subscript_expression"
             or name not in arrays
+            or name in stored
+            or address
             or index is None
             or [text(n) for n in index.named_children] != [loop.variable]
-            or _stored(node)
             or _conditions(node, loop)
         ):
-            raise _Unsupported("an access in the loop the analysis could not place")
+            raise _Unsupported("an access in the loop the analysis could not place, or a store to it")
         found.setdefault(name, (arrays[name], []))[1].append(node)
-    for node in walk(loop.body):
-        if node.type == "call_expression" and text(node).startswith(("__syncthreads", "__syncwarp")):
-            raise _Unsupported("a barrier in the loop")
-        if node.type == "subscript_expression" and _stored(node):
-            argument = node.child_by_field_name("argument")
-            if argument is not None and text(argument) in found:
-                raise _Unsupported("a shared array stored to in the loop")
+    if any(
+        n.type == "call_expression" and text(n).startswith(("__syncthreads", "__syncwarp"))
+        for n in walk(loop.body)
+    ):
+        raise _Unsupported("a barrier in the loop")
     return found
-
-
-def _stored(node: Node) -> bool:
-    parent = node.parent
-    if parent is None:
-        return False
-    if parent.type == "assignment_expression":
-        return parent.child_by_field_name("left") == node
-    return parent.type == "update_expression" or (
-        parent.type == "pointer_expression" and text(parent)[0] == "&"
-    )
 
 
 def _cast(subscript: Node) -> bool:
