@@ -64,7 +64,7 @@ def test_a_warp_per_row_layer_norm_reads_its_row_once() -> None:
         # row's pointer, is read by the staging loop only
         assert text.count("= *reinterpret_cast<const uint4*>(&inp_row[i0]);") == 3
         assert text.count("inp_row[i]") == 3
-        assert "&x[s0]" in text and not re.search(r"\bx\[i\]", text)
+        assert "&x[s1]" in text and not re.search(r"\bx\[i\]", text)
         assert "__syncwarp();" in text and "__syncthreads" not in text
         assert "the 3 passes over the row" in candidate.description
 

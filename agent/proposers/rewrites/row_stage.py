@@ -93,13 +93,28 @@ class _Row:
 
 
 # One row's staging loop: 16-byte copies where the row's pointer allows, element by element at its end.
+# Each thread issues its next UNROLL loads before storing any of them: a store to shared memory between
+# loads would keep the compiler from hoisting them (it cannot tell the row from the stage), and one load in
+# flight a thread is a fraction of the memory's bandwidth (1.05x against 1.34x for a hand-batched layer
+# norm on the H100).
+UNROLL = 4
 _STAGE = """\
 {type}* {stage} = reinterpret_cast<{type}*>({bytes}){offset};
-for (int {s0} = ({start}) * {width}; {s0} < {length}; {s0} += ({step}) * {width}) {{
-    if ({s0} + {width} <= {length} && (((unsigned long long)&{at_s0}) & {mask}) == 0) {{
-        *reinterpret_cast<uint4*>(&{stage}[{s0}]) = *reinterpret_cast<const uint4*>(&{at_s0});
-    }} else {{
-        for (int {s} = {s0}; {s} < {length} && {s} < {s0} + {width}; ++{s}) {stage}[{s}] = {at_s};
+for (int {s0} = ({start}) * {width}; {s0} < {length}; {s0} += ({step}) * {width} * {unroll}) {{
+    uint4 {loaded}[{unroll}];
+    #pragma unroll
+    for (int {u} = 0; {u} < {unroll}; ++{u}) {{
+        const int {s1} = {s0} + {u} * ({step}) * {width};
+        if ({s1} + {width} <= {length} && (((unsigned long long)&{at_s1}) & {mask}) == 0)
+            {loaded}[{u}] = *reinterpret_cast<const uint4*>(&{at_s1});
+    }}
+    #pragma unroll
+    for (int {u} = 0; {u} < {unroll}; ++{u}) {{
+        const int {s1} = {s0} + {u} * ({step}) * {width};
+        if ({s1} + {width} <= {length} && (((unsigned long long)&{at_s1}) & {mask}) == 0)
+            *reinterpret_cast<uint4*>(&{stage}[{s1}]) = {loaded}[{u}];
+        else
+            for (int {s} = {s1}; {s} < {length} && {s} < {s1} + {width}; ++{s}) {stage}[{s}] = {at_s};
     }}
 }}"""
 
@@ -155,7 +170,7 @@ def _staged(tree: KernelTree, facts: KernelFacts) -> Candidate:
     assert size is not None
     width = VECTOR_BYTES // size
     length, length_spec = bound_terms(tree, passes[0].bound)
-    names = local_names(tree, "row_stage", *(f"{r.array}_row" for r in rows), "s0", "s")
+    names = local_names(tree, "row_stage", *(f"{r.array}_row" for r in rows), "s0", "s1", "s", "u", "loaded")
     edits = _edits(tree, passes, rows, group, names, as_factor(length), width)
     factors = [str(len(rows))] if len(rows) > 1 else []
     factors += [group.rows_in_block] if group.warp else []
@@ -299,7 +314,7 @@ def _edits(
     first = passes[0]
     indent = line_indent(tree, first.node)
     start, step = _header(tree, first)
-    bytes_name, s0, s = names["row_stage"], names["s0"], names["s"]
+    bytes_name, s0, s1, s = names["row_stage"], names["s0"], names["s1"], names["s"]
     count = len(rows)
     lines = [
         "// each row below read from memory once, all its loads in flight together; the passes read it here",
@@ -314,13 +329,17 @@ def _edits(
             bytes=bytes_name,
             offset="" if region == "0" else f" + {region} * {padded}",
             s0=s0,
+            s1=s1,
             s=s,
+            u=names["u"],
+            loaded=names["loaded"],
+            unroll=UNROLL,
             start=start,
             step=step,
             width=width,
             length=length,
             mask=VECTOR_BYTES - 1,
-            at_s0=_spelled_at(tree, row.reads[0], s0),
+            at_s1=_spelled_at(tree, row.reads[0], s1),
             at_s=_spelled_at(tree, row.reads[0], s),
         ).splitlines()
     lines.append(f"{group.sync}  // the staged row is read by other threads of the group")

@@ -57,7 +57,7 @@ PROPOSER = "rewrite:warp-per-output"
 # block per output, for rows so long (a vocabulary) that a warp each would leave the GPU half idle.
 SHAPES = ((32, 256), (32, 128), (8, 256), (BLOCK, 256), (BLOCK, 1024))
 # A split loop this long (at the benchmark's sizes) puts a block per output first: a warp's loads in
-# flight are too few to cover the memory's latency, a block's 32 warps are not.
+# flight are too few to cover the memory's latency, a block's warps are not.
 LONG_LOOP = 8192
 # From this long (a 256-thread block's sweep of 16-byte loads of fp32) a block per output is as likely a
 # winner as a warp: the first two candidates, the ones the search chains at once, are then one of each.
@@ -113,11 +113,14 @@ def propose(target: KernelTarget) -> list[Candidate]:
     shortest = min((t for t in trips if t is not None), default=None) if None not in trips else None
     if shortest is not None and shortest >= BLOCK_WORTHY_LOOP:
         # a block and a warp in turn, so that the first two (the ones the search takes further at once)
-        # are one of each; for the longest loops the blocks lead, the largest first
+        # are one of each; for the longest loops the blocks lead, 256 threads first: with 16-byte loads
+        # its threads each sweep the row 31 times, 8 blocks an SM, where 1024 threads leave 2 blocks an
+        # SM waiting on their few loads (cross-entropy over 32000 logits, fused: 0.108 ms against 0.166
+        # ms on the H100)
         shaped = list(zip(SHAPES, candidates, strict=True))
         blocks = [c for (width, _), c in shaped if width == BLOCK]
         warps = [c for (width, _), c in shaped if width != BLOCK]
-        pairs = zip_longest(blocks[::-1], warps) if shortest >= LONG_LOOP else zip_longest(warps, blocks)
+        pairs = zip_longest(blocks, warps) if shortest >= LONG_LOOP else zip_longest(warps, blocks)
         candidates = [c for pair in pairs for c in pair if c is not None]
     return candidates
 
