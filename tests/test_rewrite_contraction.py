@@ -221,6 +221,53 @@ def test_a_sum_kept_in_the_output_element_is_kept_in_registers() -> None:
     assert epilogue.index("C[i * N + j] *= beta;") < epilogue.index("C[i * N + j] += sum;")
 
 
+MIRRORED = "the tiles above the diagonal only, each stored at both places"
+
+
+# SYRK on a 2560 x 2560 output: half its 128x64 tiles still fill two waves of an H100's 132 SMs
+SYRK_LARGE = SYRK.replace("N = 1024", "N = 2560")
+
+
+@needs_compiler
+def test_a_symmetric_sum_computes_the_tiles_above_the_diagonal_and_stores_each_twice() -> None:
+    """SYRK's A Aᵀ (alpha on one side only): the square float4 tiles skip the blocks below the diagonal
+    and run the user's statements at (col, row) too, a slab's rows taken by neighbouring threads."""
+    candidates = check(_target(SYRK_LARGE, "syrk"), propose)
+    (mirrored,) = [c for c in candidates if MIRRORED in c.description]
+    assert mirrored.launch is not None and mirrored.launch.grid == ("ceil_div(N, 128)", "ceil_div(N, 128)")
+    body = mirrored.source.split("__global__ void syrk(")[1]
+    assert "if (blockIdx.y > blockIdx.x) return;" in body
+    # the same statements for each output, at its own place and at the mirrored one
+    assert body.count("C[i * N + j] *= beta;") == 2 and body.count("C[i * N + j] += sum;") == 2
+    assert "const int i = col0 + lc;" in body and "const int j = row0 + i_ * 64 + mr;" in body
+    # a tile that is not square has no mirror: it computes all of its outputs
+    rectangles = [c for c in candidates if "128x64x8" in c.description or "128x256x8" in c.description]
+    assert len(rectangles) == 2 and not any("blockIdx.y > blockIdx.x" in c.source for c in rectangles)
+
+
+def test_a_symmetric_sum_too_small_for_its_half_to_fill_the_gpu_computes_every_tile() -> None:
+    """1024 x 1024: the upper tiles alone would leave SMs idle (0.090 ms against 0.087 ms on the H100)."""
+    candidates = propose(_target(SYRK, "syrk"))
+    assert candidates and not any(MIRRORED in c.description for c in candidates)
+
+
+@pytest.mark.parametrize(
+    ("written", "instead"),
+    [
+        # A times A, not A times its transpose
+        ("A[j * M + k]", "A[k * M + j]"),
+        # the col factor one element along
+        ("A[j * M + k]", "A[j * M + k + 1]"),
+        # a factor of the row alone
+        ("alpha * A[i * M + k] * A[j * M + k]", "alpha * A[i * M + k] * A[j * M + k] * A[i]"),
+    ],
+)
+def test_a_sum_that_is_not_symmetric_computes_every_tile(written: str, instead: str) -> None:
+    assert written in SYRK_LARGE
+    candidates = propose(_target(SYRK_LARGE.replace(written, instead), "syrk"))
+    assert candidates and not any(MIRRORED in c.description for c in candidates)
+
+
 @needs_compiler
 def test_attention_scores_with_a_batch_axis_and_pointer_locals() -> None:
     candidates = check(_target(ATTENTION, "scores"), propose)
@@ -448,6 +495,8 @@ def with_verify_sizes(source: str, written: str, added: str) -> str:
 AT_ODD_SIZES = [
     (COVARIANCE, "covariance", "sizes = [{ M = 77, N = 131 }]", "{ M = 300, N = 45 }, { M = 256, N = 64 }"),
     (SYRK, "syrk", "sizes = [{ N = 129, M = 67 }]", "{ N = 300, M = 64 }, { N = 200, M = 13 }"),
+    # the mirrored tiles: the diagonal's, the ones across the edge, a partial last one
+    (SYRK_LARGE, "syrk", "sizes = [{ N = 129, M = 67 }]", "{ N = 300, M = 64 }, { N = 257, M = 9 }"),
     (ATTENTION, "scores", "sizes = [{ BH = 3, T = 77, D = 40 }]", "{ BH = 2, T = 300, D = 37 }"),
     (NAIVE, "matmul", "sizes = [{ M = 129, N = 67, K = 100 }]", "{ M = 300, N = 260, K = 37 }"),
     (TRANSPOSED, "matmul", "sizes = [{ M = 129, N = 67, K = 100 }]", "{ M = 256, N = 256, K = 64 }"),

@@ -10,7 +10,9 @@ each thread loading four neighbouring elements as one float4 where the factor's 
 (with a per-group check of the bounds and the alignment, so that any sizes and offsets work), both tiles
 stored k-major so that a thread's 4 rows and 4 columns are one float4 each, the next tile loaded into
 registers while the current one is multiplied. A tile where no output reads the sum (below a
-covariance's diagonal, above causal attention's) skips the loop. The finished outputs leave through
+covariance's diagonal, above causal attention's) skips the loop. Where the sum is symmetric (A Aᵀ), a
+square tile below the diagonal returns at once and the one above it runs the user's statements at both
+places. The finished outputs leave through
 shared memory, a 64-row slab at a time (32 rows of a 256-wide tile), so that a warp runs the user's
 statements on 32 neighbouring outputs of one row: its loads and stores of the output are coalesced,
 whatever the statements are.
@@ -18,6 +20,7 @@ whatever the statements are.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -133,6 +136,10 @@ class Contraction:
     # True for a tile none of whose outputs reads the sum, in the tile's corners `{first_row}`,
     # `{last_row}`, `{first_col}`, `{last_col}`; None where that is not known.
     unread: str | None = None
+    # The sum at (row, col) is the sum at (col, row): the col factor is the row factor transposed (`A
+    # A^T`, SYRK's and a Gram matrix's), rows and cols one bound. `vector_tiles` then computes the tiles on
+    # and above the diagonal only and runs the user's statements at both places.
+    mirror: bool = False
 
 
 def description(contraction: Contraction, shape: Shape) -> str:
@@ -147,6 +154,8 @@ def description(contraction: Contraction, shape: Shape) -> str:
         (False, True): ", float4 loads of the col factor where aligned",
     }.get(vectors, "")
     skipped = ", tiles no output reads skipped" if contraction.unread else ""
+    if mirrored(contraction, shape):
+        skipped = ", the tiles above the diagonal only, each stored at both places (the sum is symmetric)"
     split = (
         f", the sum over {contraction.k} split between {shape.splits} groups of {THREADS} threads a block"
         if shape.splits > 1
@@ -156,6 +165,13 @@ def description(contraction: Contraction, shape: Shape) -> str:
         f"tiled contraction over {contraction.k}: {tile_m}x{tile_n}x{VECTOR_DEPTH} tiles{loads}, "
         f"{per_thread}{split}, stored through shared memory{skipped}"
     )
+
+
+def mirrored(contraction: Contraction, shape: Shape) -> bool:
+    """Whether the shape computes a symmetric sum's upper tiles only: a square tile of `vector_tiles`
+    whose outputs leave 64 rows at a time (a slab a mirrored pass reads down its columns)."""
+    tile_m, tile_n = shape.tile
+    return contraction.mirror and shape.vector and tile_m == tile_n and staged_rows(tile_n) == 64
 
 
 def register_cap(shape: Shape) -> str:
@@ -380,6 +396,7 @@ _VECTOR_LOCALS = (
     "BM", "BN", "BK", "smem", "tiles", "As", "Bs", "staged", "tid", "warp", "lane", "tx", "ty", "row0",
     "col0", "accum", "unread", "a_next", "b_next", "steps", "t", "buf", "kk", "a_frag", "b_frag", "i", "j",
     "q", "v", "g", "part", "s", "f", "lr", "lc", "e", "w", "u", "r", "c", "k0", "group", "other",
+    "mr",
 )  # fmt: skip
 
 
@@ -505,6 +522,28 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
         __syncthreads();
     }}
 """
+    below, mirror = "", ""
+    if mirrored(x, shape):
+        below = (
+            "    // the sum is symmetric: a tile below the diagonal is the mirror of one above it, which\n"
+            "    // stores both\n"
+            "    if (blockIdx.y > blockIdx.x) return;\n"
+        )
+        mr = n["mr"]
+        mirror = f"""\
+            // ... and off the diagonal the same sums at (col, row): neighbouring threads on neighbouring
+            // rows of the tile, the mirrored outputs' neighbouring columns
+            if (blockIdx.y != blockIdx.x) {{
+                for (int {s} = 0; {s} < 64 * {bn} / {block}; ++{s}) {{
+                    const int {n["f"]} = {first} + {s} * {block};
+                    const int {mr} = {n["f"]} % 64, {n["lc"]} = {n["f"]} / 64;  // a row of the tile's slab
+                    const int {n["lr"]} = {mr} / 4 + 16 * ({mr} % 4);  // where it is staged
+                    const int {row} = {n["col0"]} + {n["lc"]};
+                    const int {col} = {n["row0"]} + {i} * 64 + {mr};
+{textwrap.indent(per_output, "    ")}
+                }}
+            }}
+"""
     if splits > 1:
         opening = f"""\
     // A tiled contraction over {x.k}: each block of {splits} x {THREADS} threads computes a {bm} x {bn} tile
@@ -541,7 +580,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     // other, one shared-memory wavefront each.
     const int {n["ty"]} = {n["warp"]} / 2 * 4 + {n["lane"]} / 8, {n["tx"]} = {n["warp"]} % 2 * 8 + {n["lane"]} % 8;
     const int {n["row0"]} = blockIdx.y * {bm}, {n["col0"]} = blockIdx.x * {bn};
-    float {accum}[{4 * quads_m}][{4 * quads_n}] = {{}};
+{below}    float {accum}[{4 * quads_m}][{4 * quads_n}] = {{}};
 
 {loop}
 {reduction}
@@ -567,7 +606,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
                 const int {col} = {n["col0"]} + {n["lc"]};
 {per_output}
             }}
-            __syncthreads();
+{mirror}            __syncthreads();
         }}
     }}
 }}"""  # noqa: E501

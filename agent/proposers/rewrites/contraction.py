@@ -18,7 +18,7 @@ user's conditions, read at its corners, say no output reads the sum skips the lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values, flat_pieces
 from cuda_agent.agent.analysis.facts import SUM, Access, Loop, ThreadIndex
@@ -99,23 +99,35 @@ def propose(target: KernelTarget) -> list[Candidate]:
         if a is None or b is None or a.dtype != b.dtype or not allows(target, THREADS):
             return []
         return [mma_candidate(tree, match, a, b, proposer=PROPOSER, batch_grid=batch_grid)]
-    shapes = fitting(target, _shapes(target, match))
+    tiles = _tiles(target, match)
+    if match.mirror and (tiles is None or tiles // 2 < TWO_WAVES):
+        # half the tiles of an output this small leave SMs idle: SYRK's 1024 x 1024 took 0.090 ms so on
+        # the H100, against 0.087 ms computing every tile
+        match = replace(match, mirror=False)
+    shapes = fitting(target, _shapes(match, tiles))
     return gemm_candidates(tree, match, shapes, proposer=PROPOSER, batch_grid=batch_grid) if shapes else []
 
 
-def _shapes(target: KernelTarget, match: Contraction) -> tuple[Shape, ...]:
-    """SHAPES, led by SMALL_TILES and SPLIT_TILES for an output too small for two waves of the first
-    shape's tiles (at the benchmark's sizes, batches counted, a triangle's skipped tiles not)."""
+def _tiles(target: KernelTarget, match: Contraction) -> int | None:
+    """The output's tiles of the first shape at the benchmark's sizes, batches counted (None where the
+    sizes do not say)."""
     assert target.spec is not None
     sizes = target.spec.sizes
     try:
         rows, cols = evaluate(match.rows_spec, sizes), evaluate(match.cols_spec, sizes)
         batch = evaluate(match.batch_spec or target.spec.launch.grid[2], sizes) if match.batch else 1
     except (ExpressionError, ArithmeticError):
-        return SHAPES
+        return None
     tile_m, tile_n = SHAPES[0].tile
-    tiles = -(-rows // tile_m) * -(-cols // tile_n) * batch
-    if match.unread:  # a triangle (covariance, causal scores): about half the tiles skip their loop
+    return -(-rows // tile_m) * -(-cols // tile_n) * batch
+
+
+def _shapes(match: Contraction, tiles: int | None) -> tuple[Shape, ...]:
+    """SHAPES, led by SMALL_TILES and SPLIT_TILES for an output too small for two waves of the first
+    shape's tiles (a triangle's skipped tiles not counted)."""
+    if tiles is None:
+        return SHAPES
+    if match.unread or match.mirror:  # a triangle (covariance, causal scores, a symmetric sum's mirror)
         tiles //= 2
     if tiles >= TWO_WAVES:
         return SHAPES
@@ -233,6 +245,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
     declared = None
     if flat:
         declared = f"const int {flat.index} = ({flat.batch}{place[0]}) * {cols_text} + {place[1]};"
+    unread = _Corners(tree, row, col, flat).unread(guard.others, guard.early_return, epilogue.exits)
     return Contraction(
         k=k,
         rows=rows_text,
@@ -252,8 +265,32 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
         batch=batch,
         batch_spec=batch_spec,
         flat=declared,
-        unread=_Corners(tree, row, col, flat).unread(guard.others, guard.early_return, epilogue.exits),
+        unread=unread,
+        mirror=not flat and not batch and unread is None and rows_text == cols_text and _symmetric(a, b),
     )
+
+
+def _symmetric(a: Factor, b: Factor) -> bool:
+    """Whether the col factor is the row factor transposed, B(k, x) = A(x, k) as written (`A[i * M + k]`
+    and `A[j * M + k]`), up to factors that move with neither index (`alpha`, on either side): the sum at
+    (row, col) is then the sum at (col, row), but for the rounding of where such a factor multiplies."""
+
+    def moving(written: str, r: str, c: str) -> list[str]:
+        terms = ["".join(t.replace("{r}", r).replace("{c}", c).split()) for t in _product_terms(written)]
+        return sorted(t for t in terms if "⟨" in t)
+
+    return moving(a.at, "⟨x⟩", "⟨k⟩") == moving(b.at, "⟨k⟩", "⟨x⟩")
+
+
+def _product_terms(written: str) -> list[str]:
+    """The terms of a product at its top level (`(alpha) * (A[i])` -> `(alpha)`, `(A[i])`)."""
+    terms, depth, start = [], 0, 0
+    for at, char in enumerate(written):
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(char, 0)
+        if char == "*" and depth == 0:
+            terms.append(written[start:at].strip())
+            start = at + 1
+    return [*terms, written[start:].strip()]
 
 
 def _flat(tree: KernelTree, facts: KernelFacts) -> _FlatIndex | None:
