@@ -209,6 +209,190 @@ def test_flattened_rows_times_cols():
     assert spec.launch.grid == ("ceil_div(rows * cols, block.x)",)
 
 
+@pytest.mark.parametrize(
+    "index",
+    [
+        "(blockIdx.x + blockIdx.y*gridDim.x) * blockDim.x + threadIdx.x",
+        "(gridDim.x * blockIdx.y + blockIdx.x) * blockDim.x + threadIdx.x",
+        "threadIdx.x + blockDim.x * (blockIdx.x + (blockIdx.y) * gridDim.x)",
+    ],
+)
+def test_a_grid_made_one_line_of_blocks_is_one_dimensional(index: str) -> None:
+    """darknet's and Caffe's index past the x dimension's old limit: a 1-D grid runs it the same (not an
+    n x n square on 16 x 16 blocks, as it was read)."""
+    spec = inferred(f"""
+        __global__ void l2_kernel(int n, float *pred, float *truth, float *delta, float *error) {{
+            int i = {index};
+            if (i < n) {{
+                float diff = truth[i] - pred[i];
+                error[i] = diff * diff;
+                delta[i] = diff;
+            }}
+        }}""")
+    assert spec.inference_note.startswith("spec inferred from the 1-D element-wise pattern")
+    assert (spec.launch.block, spec.launch.grid) == ((256,), ("ceil_div(n, block.x)",))
+    assert roles(spec)["error"] == ("output", ("n",))
+
+
+def test_a_line_of_blocks_with_2d_threads_is_still_2d() -> None:
+    spec = inferred("""
+        __global__ void k(float* y, int n) {
+            int i = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+            if (i < n && threadIdx.y == 0) y[i] = 1.0f;
+        }""")
+    assert len(spec.launch.block) == 2 and len(spec.launch.grid) == 2
+
+
+def test_an_array_indexed_along_a_loop_reaches_the_loops_bound() -> None:
+    """A thread per column summing down the rows: `x[k * groups + i]` with k < n is n x groups, not a
+    row of groups (which the original would read past)."""
+    spec = inferred("""
+        __global__ void accumulate_kernel(float *x, int n, int groups, float *sum) {
+            int k;
+            int i = (blockIdx.x + blockIdx.y*gridDim.x) * blockDim.x + threadIdx.x;
+            if (i >= groups) return;
+            sum[i] = 0;
+            for (k = 0; k < n; ++k) sum[i] += x[k*groups + i];
+        }""")
+    assert spec.inference_note.startswith("spec inferred from the one-thread-per-column pattern")
+    assert roles(spec)["x"] == ("input", ("n", "groups")) and roles(spec)["sum"] == ("inout", ("groups",))
+
+
+@pytest.mark.parametrize(
+    ("statement", "shapes"),
+    [
+        # a complex number's real and imaginary parts, interleaved
+        ("zout[2 * i] = din[i]; zout[2 * i + 1] = 0.0;", {"din": ("n",), "zout": ("2 * n",)}),
+        ("zout[i] = din[i + 1] - din[i];", {"din": ("n + 1",), "zout": ("n",)}),
+        ("zout[i] = din[i * 2 + 1] + din[i - 1];", {"din": ("2 * n",), "zout": ("n",)}),
+        # an index the thread moves otherwise keeps the layout's shape
+        ("int j = i + 5; zout[i] = din[j];", {"din": ("n",), "zout": ("n",)}),
+    ],
+)
+def test_a_1d_kernel_s_buffers_reach_as_far_as_its_scaled_indices(statement: str, shapes: dict) -> None:
+    """The last thread's `2 * i + 1` is element 2n - 1: the buffer is 2n long, not n (the original
+    would write past it)."""
+    source = f"""
+        __global__ void pw(const double *din, double *zout, const int n) {{
+            const int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) {{ {statement} }}
+        }}"""
+    spec = inferred(source)
+    assert {name: shape for name, (_, shape) in roles(spec).items() if shape} == shapes
+    problem, _ = resolve(spec, spec.verify_sizes[0])
+    written = render_spec(spec) + "\n" + source
+    specs, errors = parse_specs(written, find_kernels(written))
+    assert errors == [] and specs["pw"].arguments == spec.arguments
+    if shapes["zout"] == ("2 * n",):
+        assert problem.arguments[1].shape == (2 * 1_000_003,)
+
+
+def test_blas_strides_are_one_verified_at_two_and_offsets_zero() -> None:
+    """darknet's axpy: the one size bounds the index, the others only stride it and move its start."""
+    spec = inferred("""
+        __global__ void axpy_kernel(int N, float ALPHA, float *X, int OFFX, int INCX,
+                                    float *Y, int OFFY, int INCY) {
+            int i = (blockIdx.x + blockIdx.y*gridDim.x) * blockDim.x + threadIdx.x;
+            if(i < N) Y[OFFY+i*INCY] += ALPHA*X[OFFX+i*INCX];
+        }""")
+    values = {a.name: a.value for a in spec.arguments if a.role == "scalar"}
+    assert values == {"N": "N", "ALPHA": None, "OFFX": 0, "INCX": "INCX", "OFFY": 0, "INCY": "INCY"}
+    assert roles(spec)["X"] == ("input", ("N * INCX",)) and roles(spec)["Y"] == ("inout", ("N * INCY",))
+    assert spec.sizes == {"N": 16_777_216, "INCX": 1, "INCY": 1}
+    assert spec.verify_sizes == ({"N": 1_000_003, "INCX": 2, "INCY": 2},)
+    assert spec.launch.grid == ("ceil_div(N, block.x)",)
+    problem, _ = resolve(spec, spec.verify_sizes[0])
+    assert problem.arguments[2].shape == (2_000_006,)
+
+
+def test_a_stride_alone_with_its_size_is_a_stride() -> None:
+    """`X[i * INCX]` with i < N: N elements INCX apart (not N rows of INCX, as it was read)."""
+    spec = inferred("""
+        __global__ void scal_kernel(int N, float ALPHA, float *X, int INCX) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < N) X[i*INCX] *= ALPHA;
+        }""")
+    assert roles(spec)["X"] == ("inout", ("N * INCX",)) and spec.sizes == {"N": 16_777_216, "INCX": 1}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the stride also bounds a loop: a row's length, not a stride
+        "if (i < N) for (int j = 0; j < INCX; ++j) X[i * INCX + j] = 0;",
+        # the index is computed outside the subscript
+        "int k = i * INCX; if (i < N) X[k] = 0;",
+        # a stride of something other than the bounded index
+        "if (i < N) X[threadIdx.x * INCX] = 0;",
+        # a constant moves it too: with INCX = 1 the last thread would pass N
+        "if (i < N) X[i * INCX + 1] = 0;",
+    ],
+)
+def test_an_integer_that_is_not_only_a_stride_or_an_offset_is_no_blas_stride(body: str) -> None:
+    spec, _ = infer(f"""
+        __global__ void k(int N, float *X, int INCX) {{
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            {body}
+        }}""")
+    assert spec is None or "verified also at a stride" not in spec.inference_note
+
+
+def test_rows_a_pitch_apart_are_verified_with_the_pitch_past_the_row() -> None:
+    """Leading dimensions (`feats[i * ldf + j]`): each a size, a row's length at the benchmark and three
+    elements more when verifying, each buffer [rows, its pitch]."""
+    spec = inferred("""
+        __global__ void square_matrix_kernel(int num_rows, int num_cols, const float* feats, int ldf,
+                                             float* feats_sq, int lds) {
+            for (int i = blockIdx.y * blockDim.y + threadIdx.y; i < num_rows; i += blockDim.y * gridDim.y)
+                for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < num_cols;
+                     j += blockDim.x * gridDim.x) {
+                    float f = feats[i * ldf + j];
+                    feats_sq[i * lds + j] = f * f;
+                }
+        }""")
+    assert spec.inference_note.startswith("spec inferred from the 2-D pitched pattern")
+    assert roles(spec)["feats"] == ("input", ("num_rows", "ldf"))
+    assert roles(spec)["feats_sq"] == ("output", ("num_rows", "lds"))
+    assert spec.sizes == {"num_rows": 4096, "num_cols": 4096, "ldf": 4096, "lds": 4096}
+    assert spec.verify_sizes == ({"num_rows": 1023, "num_cols": 1021, "ldf": 1024, "lds": 1024},)
+    assert spec.launch.grid == ("ceil_div(num_cols, block.x)", "ceil_div(num_rows, block.y)")
+
+
+def test_a_pitch_through_a_local_index() -> None:
+    spec = inferred("""
+        __global__ void Subtract(float *d_Result, float *d_Data1, float *d_Data2,
+                                 int width, int pitch, int height) {
+            const int x = blockIdx.x * blockDim.x + threadIdx.x;
+            const int y = blockIdx.y * blockDim.y + threadIdx.y;
+            int p = y * pitch + x;
+            if (x < width && y < height) d_Result[p] = d_Data1[p] - d_Data2[p];
+        }""")
+    assert {name: shape for name, (_, shape) in roles(spec).items() if shape} == dict.fromkeys(
+        ("d_Result", "d_Data1", "d_Data2"), ("height", "pitch")
+    )
+
+
+@pytest.mark.parametrize(
+    "statements",
+    [
+        # the pitch also sizes a plane: more than a row's pitch
+        "int sz = height * pitch; int p = y * pitch + x; if (x < width && y < height) r[p] = d[p + sz];",
+        # interleaved channels: the index is not y * pitch + x
+        "if (x < width && y < height) r[(y * pitch + x) * 3] = d[y * pitch + x];",
+        # the local index is used otherwise too
+        "int p = y * pitch + x; if (x < width && y < height) r[p] = d[p] + p;",
+    ],
+)
+def test_an_integer_that_is_not_only_a_row_pitch_is_no_pitch(statements: str) -> None:
+    spec, _ = infer(f"""
+        __global__ void k(float *r, const float *d, int width, int pitch, int height) {{
+            const int x = blockIdx.x * blockDim.x + threadIdx.x;
+            const int y = blockIdx.y * blockDim.y + threadIdx.y;
+            {statements}
+        }}""")
+    assert spec is None or "pitched" not in spec.inference_note
+
+
 def test_template_kernel_is_instantiated_with_float():
     spec = inferred("""
         template <typename T, int UNROLL = 4>

@@ -1,10 +1,14 @@
 """Infer a spec for the common kernel shapes, from the signature and a look at the body's syntax tree.
 
 Recognised (anything else is refused with a reason, so the user writes a spec):
-* 1-D element-wise `(const T* a, ..., T* out, int n)` with a global index (blockIdx.x and threadIdx.x);
+* 1-D element-wise `(const T* a, ..., T* out, int n)` with a global index (blockIdx.x and threadIdx.x;
+  a block number made one line of a 2-D grid, `blockIdx.x + blockIdx.y * gridDim.x`, is 1-D too), each
+  buffer as long as its indices reach (`z[2 * i + 1]`: 2n), BLAS's strides and offsets
+  (`X[OFFX + i * INCX]`) sizes of 1 (verified at 2) and values of 0;
 * 2-D `(..., int rows, int cols)` (also height/width, M/N, ny/nx, ..., or any two names of which one alone
   scales an index, `r * K + c`: that one is cols) whose body uses threadIdx.y or blockIdx.y: a 2-D block
-  over cols (x) and rows (y);
+  over cols (x) and rows (y); more integers that only scale the y index (`dst[y * pitch + x]`) are
+  pitches, a row's length at the benchmark and longer when verifying;
 * row-wise `(..., int rows, int cols)` with a 1-D index: one thread per row (the global index is compared
   with rows), one block per row (blockIdx.x alone indexes rows), one thread per column, or a flattened
   element-wise loop over rows * cols;
@@ -70,6 +74,9 @@ class _Use:
     read: bool = False
     written: bool = False
     single_element: bool = True  # only ever p[0], *p or atomicX(p, ...): an accumulator, shape [1]
+    # (the name subscripted, the index) of each `p[...]`, the name an alias's where it is one
+    subscripts: list[tuple[str, Node]] = field(default_factory=list)
+    moved: bool = False  # also reached by arithmetic on it (`p + i`, `*(p + 2 * i)`)
     mentions: set[str] = field(default_factory=set)  # identifiers in its index expressions
 
 
@@ -102,7 +109,7 @@ def infer_spec(
     pointers, int_scalars, float_scalars = classified
 
     parsed = tree
-    analysis = BodyAnalysis(body, {p.name for p, _ in pointers}, lambda: integer_defines(parsed, headers))
+    analysis = BodyAnalysis(body, [p.name for p, _ in pointers], lambda: integer_defines(parsed, headers))
     taken = {parameter.name for parameter in kernel.parameters}
     size_of = {parameter.name: size_name_for(parameter.name, taken) for parameter, _ in int_scalars}
     if int_scalars:
@@ -110,10 +117,15 @@ def infer_spec(
     else:
         defined = (name for name, _ in file_defines(tree, headers))
         fixed, ordered = _fixed_sizes(body, defined, integer_defines(tree, headers), analysis)
-    if len(int_scalars) == 1:
+    strided = analysis.strides_and_offsets([parameter.name for parameter, _ in int_scalars])
+    if strided is not None:
+        layout = _layout_strided(strided, analysis, size_of)
+    elif len(int_scalars) == 1:
         layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
         layout = _layout_2d([parameter.name for parameter, _ in int_scalars], analysis)
+    elif pitched := analysis.pitched([parameter.name for parameter, _ in int_scalars]):
+        layout = _layout_pitched(pitched, analysis, size_of)
     elif len(int_scalars) == 3 and analysis.uses_y:
         layout = _layout_contraction([size_of[parameter.name] for parameter, _ in int_scalars], analysis)
     elif fixed:
@@ -129,6 +141,7 @@ def infer_spec(
 
     dtypes = {parameter.name: dtype for parameter, dtype in pointers + int_scalars + float_scalars}
     arguments = [_argument(p, dtypes[p.name], analysis, layout, size_of) for p in kernel.parameters]
+    arguments = [replace(a, value=layout.values[a.name]) if a.name in layout.values else a for a in arguments]
     if not any(argument.role in ("output", "inout") for argument in arguments):
         return None, "no pointer is written by the body, so there is no output to check"
     accumulators = [a for a in arguments if a.role == "inout" and a.shape == ("1",)]
@@ -190,6 +203,7 @@ class _Layout:
     grid: tuple[str, ...]
     shape_of: dict[str, tuple[str, ...]]  # pointer name -> shape; missing: full shape
     full_shape: tuple[str, ...]
+    values: dict[str, int] = field(default_factory=dict)  # integer parameters that are no size: their value
 
 
 def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
@@ -197,6 +211,7 @@ def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
         return _layout_square(n, analysis)
     if not analysis.global_indices:
         return "no element-wise index (blockIdx.x * blockDim.x + threadIdx.x) in the body"
+    extents = {name: analysis.extent_1d(name, n) for name in analysis.uses}
     return _Layout(
         pattern="1-D element-wise",
         summary=f"{n} = {ELEMENTS_1D}",
@@ -204,8 +219,76 @@ def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
         verify={n: VERIFY_1D},
         block=(256,),
         grid=(f"ceil_div({n}, block.x)",),
-        shape_of={},
+        shape_of={name: (extent,) for name, extent in extents.items() if extent is not None},
         full_shape=(n,),
+    )
+
+
+@dataclass(frozen=True)
+class _Strided:
+    """A 1-D kernel in BLAS's spelling (`Y[OFFY + i * INCY] += ALPHA * X[OFFX + i * INCX]`)."""
+
+    bound: str  # the size the global index is compared with
+    strides: list[str]  # INCX, INCY
+    offsets: list[str]  # OFFX, OFFY
+    stride_of: dict[str, str]  # each strided buffer's stride
+
+
+STRIDE, VERIFY_STRIDE = 1, 2
+
+
+def _layout_strided(strided: _Strided, analysis: BodyAnalysis, size_of: Mapping[str, str]) -> _Layout | str:
+    """The elements one after another from the first (INCX = 1, OFFX = 0) at the benchmark, and verified
+    also two apart (INCX = 2): a rewrite right only for contiguous elements does not pass."""
+    n = size_of[strided.bound]
+    layout = _layout_1d(n, analysis)
+    if isinstance(layout, str):
+        return layout
+    strides = {name: size_of[name] for name in strided.strides}
+    shape_of = {array: (f"{n} * {strides[stride]}",) for array, stride in strided.stride_of.items()}
+    fixed = [
+        *(f"{strides[name]} = {STRIDE}" for name in strided.strides),
+        *(f"{o} = 0" for o in strided.offsets),
+    ]
+    return replace(
+        layout,
+        summary=f"{layout.summary}; {', '.join(fixed)}, verified also at a stride of {VERIFY_STRIDE}",
+        sizes=layout.sizes | dict.fromkeys(strides.values(), STRIDE),
+        verify=layout.verify | dict.fromkeys(strides.values(), VERIFY_STRIDE),
+        shape_of=layout.shape_of | shape_of,
+        values=dict.fromkeys(strided.offsets, 0),
+    )
+
+
+@dataclass(frozen=True)
+class _Pitched:
+    """A 2-D kernel whose rows lie a pitch apart (`dst[y * pitch + x]`, `feats[i * ldf + j]`)."""
+
+    rows: str  # the size the y index is compared with
+    cols: str  # the size the x index is compared with
+    pitch_of: dict[str, str]  # each pitched buffer's pitch
+
+
+PITCH_PAST_ROW = 3  # verified with rows this many elements longer than their contents
+
+
+def _layout_pitched(pitched: _Pitched, analysis: BodyAnalysis, size_of: Mapping[str, str]) -> _Layout | str:
+    """The 2-D layout over (rows, cols), each pitch a size: as long as a row at the benchmark, a few
+    elements longer when verifying (a rewrite that took the pitch for the row's length does not pass)."""
+    rows, cols = size_of[pitched.rows], size_of[pitched.cols]
+    layout = _layout_2d([rows, cols], analysis, ordered=True)
+    if isinstance(layout, str):
+        return layout
+    pitches = sorted({size_of[p] for p in pitched.pitch_of.values()})
+    past = layout.verify[cols] + PITCH_PAST_ROW
+    return replace(
+        layout,
+        pattern="2-D pitched",
+        summary=f"{layout.summary}; {', '.join(pitches)} = {cols}, verified also {PITCH_PAST_ROW} past a row",
+        sizes=layout.sizes | dict.fromkeys(pitches, layout.sizes[cols]),
+        verify=layout.verify | dict.fromkeys(pitches, past),
+        shape_of=layout.shape_of
+        | {array: (rows, size_of[pitch]) for array, pitch in pitched.pitch_of.items()},
     )
 
 
@@ -246,13 +329,15 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
     compared = analysis.compared_with_global_index
     if {rows, cols} <= compared:
         return layout("flattened element-wise", (f"ceil_div({rows} * {cols}, block.x)",), {})
-    by_row = {name: (rows,) for name, use in analysis.uses.items() if cols not in use.mentions}
+    # an index that reads a loop's variable reaches as far as the loop's bound (`x[k * groups + i]`, k < n)
+    reach = {name: analysis.reach(name) for name in analysis.uses}
+    by_row = {name: (rows,) for name in analysis.uses if cols not in reach[name]}
     if rows in compared:
         # a vector read along a loop over the columns (`x[j]`, j < cols) is a row's length
-        along = {name: (cols,) for name in by_row if analysis.only_along(name, cols, {rows, cols})}
+        along = {name: (cols,) for name in analysis.uses if analysis.only_along(name, cols, {rows, cols})}
         return layout("one-thread-per-row", (f"ceil_div({rows}, block.x)",), by_row | along)
     if cols in compared:
-        by_column = {name: (cols,) for name, use in analysis.uses.items() if rows not in use.mentions}
+        by_column = {name: (cols,) for name in analysis.uses if rows not in reach[name]}
         return layout("one-thread-per-column", (f"ceil_div({cols}, block.x)",), by_column)
     if analysis.block_indices:
         return layout("one-block-per-row", (rows,), by_row)
@@ -582,6 +667,99 @@ def _builtin_axis(node: Node) -> tuple[str, str] | None:
     return _text(argument), _text(name)
 
 
+def _in_a_line_of_blocks(node: Node, parent_of: _ParentOf) -> bool:
+    """Whether `node`, a `blockIdx.y`, numbers the grid's rows in `blockIdx.x + blockIdx.y * gridDim.x`
+    (either way round, in parentheses or not)."""
+    if _builtin_axis(node) != ("blockIdx", "y"):
+        return False
+    product = _enclosing(node, parent_of)
+    if product is None or product.type != "binary_expression" or _operator(product) != "*":
+        return False
+    width = next((unwrapped(o) for n, o in _operands(product) if unwrapped(n) == node), None)
+    total = _enclosing(product, parent_of)
+    if width is None or _builtin_axis(width) != ("gridDim", "x") or total is None:
+        return False
+    if total.type != "binary_expression" or _operator(total) != "+":
+        return False
+    other = next((unwrapped(o) for n, o in _operands(total) if unwrapped(n) == product), None)
+    return other is not None and _builtin_axis(other) == ("blockIdx", "x")
+
+
+def _stride_terms(index: Node, bounded: set[str], names: set[str]) -> dict[str, str] | None:
+    """{name: "stride" or "offset"} for an index that is a sum of `i * INC`, `OFF` and `i` terms alone (i
+    a bounded global index, INC and OFF among `names`); None for any other index."""
+    terms, found = [unwrapped(index)], {}
+    while terms:
+        term = terms.pop()
+        if term.type == "binary_expression" and _operator(term) == "+":
+            terms += [
+                unwrapped(side)
+                for side in (term.child_by_field_name("left"), term.child_by_field_name("right"))
+                if side
+            ]
+        elif term.type == "identifier" and _text(term) in names:
+            found[_text(term)] = "offset"
+        elif term.type == "identifier" and _text(term) in bounded:
+            continue  # `i + OFF`: the index itself, a stride of one
+        elif term.type == "binary_expression" and _operator(term) == "*":
+            factors = {
+                _text(unwrapped(side))
+                for side in (term.child_by_field_name("left"), term.child_by_field_name("right"))
+                if side
+            }
+            strides = factors & names
+            if len(factors) != 2 or len(strides) != 1 or not factors - strides <= bounded:
+                return None
+            found[strides.pop()] = "stride"
+        else:
+            return None
+    return found
+
+
+def _pitch_term(index: Node, ys: set[str], xs: set[str], pitches: set[str]) -> str | None:
+    """The pitch of an index that is `y * pitch + x` (in any order; the x term may be missing), y and x
+    bounded indices: None for any other index."""
+    terms, found = [unwrapped(index)], []
+    while terms:
+        term = terms.pop()
+        if term.type == "binary_expression" and _operator(term) == "+":
+            sides = (term.child_by_field_name("left"), term.child_by_field_name("right"))
+            terms += [unwrapped(side) for side in sides if side is not None]
+        elif term.type == "identifier" and _text(term) in xs:
+            continue
+        elif term.type == "binary_expression" and _operator(term) == "*":
+            sides = (term.child_by_field_name("left"), term.child_by_field_name("right"))
+            factors = {_text(unwrapped(side)) for side in sides if side is not None}
+            if len(factors) != 2 or len(factors & pitches) != 1 or not factors - pitches <= ys:
+                return None
+            found.append((factors & pitches).pop())
+        else:
+            return None
+    return found[0] if len(found) == 1 else None
+
+
+def _integer(node: Node) -> int | None:
+    """The value of an integer literal (`2`, `16u`), None for anything else."""
+    node = unwrapped(node)
+    if node.type != "number_literal":
+        return None
+    digits = _text(node).rstrip("uUlL")
+    return int(digits) if digits.isdigit() else None
+
+
+def _enclosing(node: Node, parent_of: _ParentOf) -> Node | None:
+    """The expression around `node`, through the parentheses around it."""
+    parent = parent_of(node)
+    while parent is not None and parent.type == "parenthesized_expression":
+        parent = parent_of(parent)
+    return parent
+
+
+def _operator(node: Node) -> str:
+    operator = node.child_by_field_name("operator")
+    return operator.type if operator is not None else ""
+
+
 _LVALUE_WRAPPERS = frozenset(
     {"argument_list", "call_expression", "parenthesized_expression", "cast_expression",
      "subscript_expression", "field_expression", "pointer_expression", "template_function"}
@@ -692,16 +870,21 @@ class BodyAnalysis:
     """Facts about a kernel body that the patterns need."""
 
     def __init__(
-        self, body: Node, pointers: set[str], defines: Callable[[], Mapping[str, int]] = dict
+        self, body: Node, pointers: Sequence[str], defines: Callable[[], Mapping[str, int]] = dict
     ) -> None:
         self._defines = defines  # the file's integer #defines (a TILE), read only if a tile asks
         walked = _Body(body)
         nodes = walked.nodes
         self._identifiers = _SubtreeIdentifiers(walked.children)
         self._parent = walked.parent
-        axes = [axis for node in nodes if (axis := _builtin_axis(node))]
+        # A block number made one line of the grid (`blockIdx.x + blockIdx.y * gridDim.x`, darknet's and
+        # Caffe's way past the x dimension's old limit) indexes in 1-D: a 1-D grid runs it the same.
         self.uses_y = any(
-            builtin in ("threadIdx", "blockIdx") and axis in ("y", "z") for builtin, axis in axes
+            (axis := _builtin_axis(node)) is not None
+            and axis[0] in ("threadIdx", "blockIdx")
+            and axis[1] in ("y", "z")
+            and not _in_a_line_of_blocks(node, walked.parent)
+            for node in nodes
         )
         self.definitions = self._definitions(nodes)
         # name -> the identifiers of every value assigned to it, for _expanded (once, not per question)
@@ -898,6 +1081,159 @@ class BodyAnalysis:
         indices = self.global_indices | self.block_indices | {"threadIdx", "blockIdx"}
         return bool(read) and read <= bounded and not self._expanded(read) & indices
 
+    def extent_1d(self, pointer: str, n: str) -> str | None:
+        """The elements a 1-D kernel over `n` reaches in the pointer where its indices are the global index
+        scaled and moved by constants (`2 * i + 1`: `2 * n`; `i + 1`: `n + 1`); None where `n` covers them
+        or the indices are otherwise (left to the layout's shape)."""
+        use = self.uses[pointer]
+        if use.moved or any(name != pointer for name, _ in use.subscripts):
+            return None
+        scales, beyond = [1], [0]
+        for _, index in use.subscripts:
+            form = self._scaled_index(index, n)
+            if form is None:
+                if self._roots(index) & (self.global_indices | {"threadIdx", "blockIdx"}):
+                    return None  # moves with the thread some other way: not read here
+                continue
+            scale, offset = form
+            scales.append(scale)
+            beyond.append(offset - scale + 1)  # past a * n: the last thread's a * (n - 1) + b, plus one
+        scale, extra = max(scales), max(beyond)
+        if (scale, extra) == (1, 0):
+            return None
+        times = f"{scale} * {n}" if scale > 1 else n
+        return f"{times} + {extra}" if extra > 0 else times
+
+    def _scaled_index(self, index: Node, n: str) -> tuple[int, int] | None:
+        """(a, b) for an index `a * g + b` (either way round, b possibly negative) of a global index g
+        compared with the size `n` (below it, then), a and b integer literals."""
+        bounded = {g for g in self.global_indices if n in self.variable_bounds.get(g, ())}
+        node = unwrapped(index.named_children[0] if index.type == "subscript_argument_list" else index)
+        offset = 0
+        if node.type == "binary_expression" and _operator(node) in ("+", "-"):
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if left is None or right is None:
+                return None
+            if (b := _integer(right)) is not None:
+                node, offset = unwrapped(left), b if _operator(node) == "+" else -b
+            elif (b := _integer(left)) is not None and _operator(node) == "+":
+                node, offset = unwrapped(right), b
+            else:
+                return None
+        if node.type == "identifier" and _text(node) in bounded:
+            return 1, offset
+        if node.type == "binary_expression" and _operator(node) == "*":
+            for factor, other in _operands(node):
+                a, other = _integer(factor), unwrapped(other)
+                if a is not None and a > 0 and other.type == "identifier" and _text(other) in bounded:
+                    return a, offset
+        return None
+
+    def strides_and_offsets(self, names: Sequence[str]) -> _Strided | None:
+        """For a 1-D kernel whose one size bounds the global index and whose other integer parameters are
+        only strides and offsets of it in its buffers' indices (`X[OFFX + i * INCX]`); None for any other
+        kernel, or where there are no such parameters."""
+        bounds = [name for name in names if name in self.compared_with_global_index]
+        others = {name for name in names if name not in bounds}
+        if self.uses_y or not others or len(bounds) != 1:
+            return None
+        bounded = {g for g in self.global_indices if bounds[0] in self.variable_bounds.get(g, ())}
+        roles: dict[str, set[str]] = {name: set() for name in others}
+        strides: dict[str, set[str]] = {}  # each buffer's strides
+        for node in self._nodes:
+            if node.type == "identifier" and (name := _text(node)) in roles:
+                index = self._index_holding(node)
+                subscript = self._parent(self._parent(index)) if index is not None else None
+                array = subscript.child_by_field_name("argument") if subscript is not None else None
+                found = _stride_terms(index, bounded, others) if index is not None else None
+                if found is None or name not in found or array is None or _text(array) not in self.uses:
+                    return None  # not all in a parameter's own index (an alias may start elsewhere)
+                roles[name].add(found[name])
+                strides.setdefault(_text(array), set()).update(n for n, r in found.items() if r == "stride")
+        if any(len(found) != 1 for found in roles.values()) or any(len(s) > 1 for s in strides.values()):
+            return None  # unused, a stride here and an offset there, or a buffer read with two strides
+        offsets = sorted(name for name, found in roles.items() if found == {"offset"})
+        by_array = {array: found.pop() for array, found in strides.items() if found}
+        return _Strided(bounds[0], sorted(set(by_array.values())), offsets, by_array)
+
+    def pitched(self, names: Sequence[str]) -> _Pitched | None:
+        """For a kernel on 2-D blocks whose y and x indices are compared with one size each and whose other
+        integer parameters only scale the y index in its buffers' subscripts (`dst[y * pitch + x]`, also
+        through a local `int p = y * pitch + x;` used only as an index): the rows, cols and pitches."""
+        if not self.uses_y or len(names) < 3:
+            return None
+        along: dict[str, tuple[str, set[str]]] = {}
+        for axis in ("y", "x"):
+            variables = self.index_axes.get(axis, set())
+            sizes = {b for v in variables for b in self.variable_bounds.get(v, ()) if b in names}
+            if len(sizes) != 1:
+                return None
+            (size,) = sizes
+            along[axis] = size, {v for v in variables if size in self.variable_bounds.get(v, ())}
+        (rows, ys), (cols, xs) = along["y"], along["x"]
+        pitches = set(names) - {rows, cols}
+        if rows == cols or not pitches:
+            return None
+        pitch_of: dict[str, str] = {}
+        for node in self._nodes:
+            if node.type != "identifier" or _text(node) not in pitches:
+                continue
+            index = self._index_holding(node, sums_only=False)
+            arrays = self._indexed_by(index) if index is not None else None
+            pitch = _pitch_term(index, ys, xs, pitches) if index is not None else None
+            if not arrays or pitch is None or any(pitch_of.setdefault(a, pitch) != pitch for a in arrays):
+                return None
+        if set(pitch_of.values()) != pitches or not set(pitch_of) <= set(self.uses):
+            return None
+        return _Pitched(rows, cols, pitch_of)
+
+    def _indexed_by(self, index: Node) -> list[str] | None:
+        """The buffers `index` is the whole subscript of: directly, or as the value of a local declared
+        once (`int p = y * pitch + x;`) that every use of takes as a whole index; None otherwise."""
+        parent = self._enclosing(index)
+        if parent is not None and parent.type == "subscript_argument_list":
+            subscript = self._parent(parent)
+            array = subscript.child_by_field_name("argument") if subscript is not None else None
+            return [_text(array)] if array is not None else None
+        if parent is None or parent.type != "init_declarator":
+            return None
+        declarator = parent.child_by_field_name("declarator")
+        local = _text(declarator) if declarator is not None and declarator.type == "identifier" else None
+        if local is None or [name for name, _ in self.definitions].count(local) != 1:
+            return None
+        arrays = []
+        for node in self._nodes:
+            if node.type != "identifier" or _text(node) != local or node == declarator:
+                continue
+            holder = self._enclosing(node)
+            subscript = self._parent(holder) if holder is not None else None
+            if holder is None or holder.type != "subscript_argument_list" or subscript is None:
+                return None
+            argument = subscript.child_by_field_name("argument")
+            if argument is None:
+                return None
+            arrays.append(_text(argument))
+        return arrays
+
+    def _index_holding(self, node: Node, sums_only: bool = True) -> Node | None:
+        """The sum the identifier is a term of, or a factor of a term of: a subscript's index (or, not
+        `sums_only`, any sum, as a local's value)."""
+        parent = self._enclosing(node)
+        while parent is not None and parent.type == "binary_expression" and _operator(parent) in ("+", "*"):
+            node, parent = parent, self._enclosing(parent)
+        if parent is not None and parent.type == "subscript_argument_list":
+            return node
+        return node if not sums_only and parent is not None and parent.type == "init_declarator" else None
+
+    def _enclosing(self, node: Node) -> Node | None:
+        return _enclosing(node, self._parent)
+
+    def reach(self, pointer: str) -> set[str]:
+        """What the pointer's indices read, with the bounds of the loops whose variables they read."""
+        mentions = self.uses[pointer].mentions
+        bounds = (self._loop_bounds.get(name, set()) for name in mentions)
+        return mentions | self._expanded(set().union(*bounds))
+
     def row_strides(self, sizes: Iterable[str]) -> set[str]:
         """The sizes that scale an index (`row * K + col`, `x + t * emb_size`): a row's length, whatever its
         name. A product of sizes alone (`n * k` in a bound) says nothing about which is the row."""
@@ -915,7 +1251,7 @@ class BodyAnalysis:
                     found.add(name)
         return found
 
-    def _aliases(self, nodes: list[Node], pointers: set[str]) -> dict[str, str]:
+    def _aliases(self, nodes: list[Node], pointers: Sequence[str]) -> dict[str, str]:
         """Local pointers derived from parameters (`const float* row = x + r * cols`) -> the parameter."""
         aliases = {name: name for name in pointers}
         declarations = []
@@ -948,6 +1284,8 @@ class BodyAnalysis:
             short = indices is not None and indices.end_byte - indices.start_byte <= _SHORT_INDEX_BYTES
             index_text = _text(indices).strip("[] ") if short else "long"
             use.mentions |= self._expanded(self._identifiers(indices))
+            if indices is not None:
+                use.subscripts.append((_text(identifier), indices))
             if index_text != "0":
                 use.single_element = False
             self._classify(_unparenthesize_up(parent, parent_of), use)
@@ -961,6 +1299,7 @@ class BodyAnalysis:
             top = above
         if top is not node:
             use.single_element = False
+            use.moved = True
             use.mentions |= self._expanded(self._identifiers(top))
         holder = parent_of(top)
         if holder is not None and holder.type == "pointer_expression" and _text(holder.child(0)) == "*":

@@ -1462,7 +1462,7 @@ def spec_from_points(
     body = kernel_body(kernel, tree)
     if body is None:
         return None, "the kernel has no body"
-    analysis = BodyAnalysis(body, {p.name for p, _ in pointers})
+    analysis = BodyAnalysis(body, [p.name for p, _ in pointers])
     arguments = []
     for parameter in kernel.parameters:
         name, dtype = parameter.name, dtypes[parameter.name]
