@@ -312,51 +312,6 @@ def index_variables(body: Node) -> dict[str, tuple[str, Node]]:
     return found
 
 
-Monomial = tuple[str, ...]
-
-
-def linear_form(node: Node) -> dict[Monomial, int] | None:
-    """An integer index as a sum of products of names: `(y - 1) * W + x` -> {(W, y): 1, (W,): -1, (x,): 1}.
-    None when it is not a polynomial in names and integer literals (calls, subscripts, divisions)."""
-    node = strip_parens(node)
-    if node.type == "number_literal" and node.text is not None:
-        text = node.text.decode().rstrip("uUlL")
-        return {(): int(text, 0)} if text.isdigit() or text.startswith("0x") else None
-    if node.type == "identifier" and node.text is not None:
-        return {(node.text.decode(),): 1}
-    if node.type == "cast_expression" and (value := node.child_by_field_name("value")) is not None:
-        return linear_form(value)
-    if node.type == "unary_expression":
-        op, arg = node.child_by_field_name("operator"), node.child_by_field_name("argument")
-        inner = linear_form(arg) if arg is not None else None
-        if op is None or inner is None or op.type not in "+-":
-            return None
-        return {m: -c for m, c in inner.items()} if op.type == "-" else inner
-    if node.type != "binary_expression":
-        return None
-    op = node.child_by_field_name("operator")
-    left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-    a = linear_form(left) if left is not None else None
-    b = linear_form(right) if right is not None else None
-    if op is None or a is None or b is None:
-        return None
-    result: dict[Monomial, int] = {}
-    if op.type in ("+", "-"):
-        sign = 1 if op.type == "+" else -1
-        for m, c in a.items():
-            result[m] = result.get(m, 0) + c
-        for m, c in b.items():
-            result[m] = result.get(m, 0) + sign * c
-    elif op.type == "*":
-        for ma, ca in a.items():
-            for mb, cb in b.items():
-                key = tuple(sorted(ma + mb))
-                result[key] = result.get(key, 0) + ca * cb
-    else:
-        return None
-    return {m: c for m, c in result.items() if c != 0}
-
-
 # -- guards --------------------------------------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.kernels import Kernel, Parameter
 from cuda_agent.agent.memo import BoundedMemo
-from cuda_agent.agent.parsing import parse_cuda
+from cuda_agent.agent.parsing import Monomial, linear_form, parse_cuda
 from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases, is_float
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
@@ -141,7 +141,6 @@ def infer_spec(
 
     dtypes = {parameter.name: dtype for parameter, dtype in pointers + int_scalars + float_scalars}
     arguments = [_argument(p, dtypes[p.name], analysis, layout, size_of) for p in kernel.parameters]
-    arguments = [replace(a, value=layout.values[a.name]) if a.name in layout.values else a for a in arguments]
     if not any(argument.role in ("output", "inout") for argument in arguments):
         return None, "no pointer is written by the body, so there is no output to check"
     accumulators = [a for a in arguments if a.role == "inout" and a.shape == ("1",)]
@@ -566,7 +565,7 @@ def _argument(
     if not parameter.is_pointer:
         if is_float(dtype):
             return ArgumentSpec(name, "scalar", dtype, init=FLOAT_SCALAR_INIT)
-        return ArgumentSpec(name, "scalar", dtype, value=size_of.get(name, name))
+        return ArgumentSpec(name, "scalar", dtype, value=layout.values.get(name, size_of.get(name, name)))
     use = analysis.uses[name]
     role = role_of(parameter, use)
     touched = use.read or use.written
@@ -688,30 +687,13 @@ def _in_a_line_of_blocks(node: Node, parent_of: _ParentOf) -> bool:
 def _stride_terms(index: Node, bounded: set[str], names: set[str]) -> dict[str, str] | None:
     """{name: "stride" or "offset"} for an index that is a sum of `i * INC`, `OFF` and `i` terms alone (i
     a bounded global index, INC and OFF among `names`); None for any other index."""
-    terms, found = [unwrapped(index)], {}
-    while terms:
-        term = terms.pop()
-        if term.type == "binary_expression" and _operator(term) == "+":
-            terms += [
-                unwrapped(side)
-                for side in (term.child_by_field_name("left"), term.child_by_field_name("right"))
-                if side
-            ]
-        elif term.type == "identifier" and _text(term) in names:
-            found[_text(term)] = "offset"
-        elif term.type == "identifier" and _text(term) in bounded:
-            continue  # `i + OFF`: the index itself, a stride of one
-        elif term.type == "binary_expression" and _operator(term) == "*":
-            factors = {
-                _text(unwrapped(side))
-                for side in (term.child_by_field_name("left"), term.child_by_field_name("right"))
-                if side
-            }
-            strides = factors & names
-            if len(factors) != 2 or len(strides) != 1 or not factors - strides <= bounded:
-                return None
+    terms, found = _unit_terms(index), {}
+    for term in terms if terms is not None else [()]:  # () is no term of either kind: None
+        if len(term) == 1 and term[0] in names:
+            found[term[0]] = "offset"
+        elif len(term) == 2 and len(strides := set(term) & names) == 1 and set(term) - strides <= bounded:
             found[strides.pop()] = "stride"
-        else:
+        elif not (len(term) == 1 and term[0] in bounded):  # `i + OFF`: the index itself, a stride of one
             return None
     return found
 
@@ -719,40 +701,39 @@ def _stride_terms(index: Node, bounded: set[str], names: set[str]) -> dict[str, 
 def _pitch_term(index: Node, ys: set[str], xs: set[str], pitches: set[str]) -> str | None:
     """The pitch of an index that is `y * pitch + x` (in any order; the x term may be missing), y and x
     bounded indices: None for any other index."""
-    terms, found = [unwrapped(index)], []
-    while terms:
-        term = terms.pop()
-        if term.type == "binary_expression" and _operator(term) == "+":
-            sides = (term.child_by_field_name("left"), term.child_by_field_name("right"))
-            terms += [unwrapped(side) for side in sides if side is not None]
-        elif term.type == "identifier" and _text(term) in xs:
-            continue
-        elif term.type == "binary_expression" and _operator(term) == "*":
-            sides = (term.child_by_field_name("left"), term.child_by_field_name("right"))
-            factors = {_text(unwrapped(side)) for side in sides if side is not None}
-            if len(factors) != 2 or len(factors & pitches) != 1 or not factors - pitches <= ys:
-                return None
-            found.append((factors & pitches).pop())
-        else:
+    terms, found = _unit_terms(index), []
+    for term in terms if terms is not None else [()]:
+        if len(term) == 2 and len(pitch := set(term) & pitches) == 1 and set(term) - pitch <= ys:
+            found.append(pitch.pop())
+        elif not (len(term) == 1 and term[0] in xs):
             return None
     return found[0] if len(found) == 1 else None
 
 
-def _integer(node: Node) -> int | None:
-    """The value of an integer literal (`2`, `16u`), None for anything else."""
-    node = unwrapped(node)
-    if node.type != "number_literal":
+def _unit_terms(index: Node) -> list[Monomial] | None:
+    """The products of names an index sums, each once (`y * pitch + x`: (pitch, y), (x,)); None for an
+    index with a constant, a coefficient or anything but a sum of products."""
+    form = linear_form(index)
+    if form is None or any(coefficient != 1 for coefficient in form.values()):
         return None
-    digits = _text(node).rstrip("uUlL")
-    return int(digits) if digits.isdigit() else None
+    return list(form)
+
+
+def _scaled_index(index: Node, bounded: set[str]) -> tuple[int, int] | None:
+    """(a, b) for an index `a * g + b` (b possibly negative, a positive) of one global index g among
+    `bounded` (those below the size), a and b integers."""
+    form = linear_form(index.named_children[0] if index.type == "subscript_argument_list" else index)
+    if form is None:
+        return None
+    scaled = [(term, a) for term, a in form.items() if term != ()]
+    if len(scaled) != 1 or len(scaled[0][0]) != 1 or scaled[0][0][0] not in bounded or scaled[0][1] <= 0:
+        return None
+    return scaled[0][1], form.get((), 0)
 
 
 def _enclosing(node: Node, parent_of: _ParentOf) -> Node | None:
     """The expression around `node`, through the parentheses around it."""
-    parent = parent_of(node)
-    while parent is not None and parent.type == "parenthesized_expression":
-        parent = parent_of(parent)
-    return parent
+    return parent_of(_unparenthesize_up(node, parent_of))
 
 
 def _operator(node: Node) -> str:
@@ -1088,9 +1069,10 @@ class BodyAnalysis:
         use = self.uses[pointer]
         if use.moved or any(name != pointer for name, _ in use.subscripts):
             return None
+        bounded = {g for g in self.global_indices if n in self.variable_bounds.get(g, ())}
         scales, beyond = [1], [0]
         for _, index in use.subscripts:
-            form = self._scaled_index(index, n)
+            form = _scaled_index(index, bounded)
             if form is None:
                 if self._roots(index) & (self.global_indices | {"threadIdx", "blockIdx"}):
                     return None  # moves with the thread some other way: not read here
@@ -1103,31 +1085,6 @@ class BodyAnalysis:
             return None
         times = f"{scale} * {n}" if scale > 1 else n
         return f"{times} + {extra}" if extra > 0 else times
-
-    def _scaled_index(self, index: Node, n: str) -> tuple[int, int] | None:
-        """(a, b) for an index `a * g + b` (either way round, b possibly negative) of a global index g
-        compared with the size `n` (below it, then), a and b integer literals."""
-        bounded = {g for g in self.global_indices if n in self.variable_bounds.get(g, ())}
-        node = unwrapped(index.named_children[0] if index.type == "subscript_argument_list" else index)
-        offset = 0
-        if node.type == "binary_expression" and _operator(node) in ("+", "-"):
-            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-            if left is None or right is None:
-                return None
-            if (b := _integer(right)) is not None:
-                node, offset = unwrapped(left), b if _operator(node) == "+" else -b
-            elif (b := _integer(left)) is not None and _operator(node) == "+":
-                node, offset = unwrapped(right), b
-            else:
-                return None
-        if node.type == "identifier" and _text(node) in bounded:
-            return 1, offset
-        if node.type == "binary_expression" and _operator(node) == "*":
-            for factor, other in _operands(node):
-                a, other = _integer(factor), unwrapped(other)
-                if a is not None and a > 0 and other.type == "identifier" and _text(other) in bounded:
-                    return a, offset
-        return None
 
     def strides_and_offsets(self, names: Sequence[str]) -> _Strided | None:
         """For a 1-D kernel whose one size bounds the global index and whose other integer parameters are

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.parsing import linear_form
 from cuda_agent.agent.proposers.idioms._grid_stride import ATOMICS, ElementLoop
 from cuda_agent.agent.proposers.idioms.atomic_reduction import IDENTITY, one_atomic_per_block, single_address
 from cuda_agent.agent.proposers.tree import (
@@ -37,7 +38,6 @@ from cuda_agent.agent.proposers.tree import (
     identifiers,
     is_barrier,
     is_name,
-    linear_form,
     operands,
     statements,
     strip_parens,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.parsing import linear_form
 from cuda_agent.agent.proposers.idioms._reads import (
     ELEMENT_BYTES,
     INDEX_TYPES,
@@ -32,7 +33,6 @@ from cuda_agent.agent.proposers.tree import (
     guarded_region,
     index_variables,
     line_indent,
-    linear_form,
     local_names,
     operands,
     single_declaration,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.parsing import linear_form
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     build_candidate,
@@ -26,7 +27,6 @@ from cuda_agent.agent.proposers.tree import (
     element_type,
     guarded_region,
     index_variables,
-    linear_form,
     local_names,
     size_expression,
     strip_parens,

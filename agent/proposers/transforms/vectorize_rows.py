@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.parsing import Monomial, linear_form
 from cuda_agent.agent.proposers.transforms.grid_stride import coarsened_grid
 from cuda_agent.agent.proposers.transforms.pattern import self_contained
 from cuda_agent.agent.proposers.transforms.vectorize import (
@@ -36,7 +37,6 @@ from cuda_agent.agent.proposers.transforms.vectorize import (
 from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
-    Monomial,
     candidate_from,
     declared_names,
     fresh_names,
@@ -44,7 +44,6 @@ from cuda_agent.agent.proposers.tree import (
     identifiers_in,
     index_variables,
     kernel_tree,
-    linear_form,
     single_declaration,
     statements,
     strip_parens,
