@@ -314,11 +314,11 @@ TEXTBOOK = Path(__file__).resolve().parent / "kernels" / "tiled" / "textbook_mat
 
 
 def test_a_spec_less_textbook_tiled_matmul_is_untiled_under_its_inferred_spec() -> None:
-    """No spec written: the inference reads the 16 x 16 block from its TILE_WIDTH steps (through the
+    """No spec written: the inference reads the 16 x 16 block from its TILE steps (through the
     `by`/`ty` locals), and the rewrite takes the tiles it loads as the product they stage."""
     (target,) = load_targets(TEXTBOOK).targets
     assert target.spec is not None and target.spec.inferred, target.note
-    assert target.spec.launch.block == (16, 16) and target.spec.verify_sizes == ({"Width": 144},)
+    assert target.spec.launch.block == (16, 16) and target.spec.verify_sizes == ({"n": 144},)
     candidates = check(target, propose)
     assert all(c.description.startswith(PREFIX) for c in candidates)
 
@@ -327,15 +327,15 @@ UNCHECKED = TEXTBOOK.with_name("textbook_matmul_unchecked.cu")
 
 
 def test_a_tiled_matmul_that_checks_no_bounds_is_untiled_assuming_whole_tiles() -> None:
-    """The textbook's first version: no check on the loads or the store, `Width / TILE_WIDTH` phases. It
-    is right only where Width is a multiple of the tile, which the candidates state; the naive kernel they
+    """The textbook's first version: no check on the loads or the store, `n / TILE` phases. It is
+    right only where n is a multiple of the tile, which the candidates state; the naive kernel they
     start from checks its bounds."""
     (target,) = load_targets(UNCHECKED).targets
-    assert target.spec is not None and target.spec.verify_sizes == ({"Width": 144},)
+    assert target.spec is not None and target.spec.verify_sizes == ({"n": 144},)
     candidates = check(target, propose)
-    assert all("Width is a multiple of 16" in " ".join(c.assumptions) for c in candidates)
+    assert all("n is a multiple of 16" in " ".join(c.assumptions) for c in candidates)
     # the sum value-initialised, as C++ course code writes it
-    braced = UNCHECKED.read_text().replace("float Pvalue = 0;", "float Pvalue {};")
+    braced = UNCHECKED.read_text().replace("float acc = 0;", "float acc {};")
     (target,) = load_targets(UNCHECKED, braced).targets
     assert len(check(target, propose)) == len(candidates)
 
@@ -343,14 +343,14 @@ def test_a_tiled_matmul_that_checks_no_bounds_is_untiled_assuming_whole_tiles() 
 @pytest.mark.parametrize(
     ("change", "why"),
     [
-        ("for (int m = 0; m < (Width + TILE_WIDTH - 1) / TILE_WIDTH; ++m)", "a last phase past the edge"),
-        ("for (int m = 0; m < Width / 8; ++m)", "phases that are not tiles"),
-        ("for (int m = 0; m <= Width / TILE_WIDTH; ++m)", "one phase too many"),
+        ("for (int phase = 0; phase < (n + TILE - 1) / TILE; ++phase)", "a last phase past the edge"),
+        ("for (int phase = 0; phase < n / 8; ++phase)", "phases that are not tiles"),
+        ("for (int phase = 0; phase <= n / TILE; ++phase)", "one phase too many"),
     ],
 )
 def test_an_unchecked_tiled_matmul_whose_phases_are_not_whole_tiles_is_left_alone(change: str, why: str):
     source = UNCHECKED.read_text()
-    changed = source.replace("for (int m = 0; m < Width / TILE_WIDTH; ++m)", change)
+    changed = source.replace("for (int phase = 0; phase < n / TILE; ++phase)", change)
     assert changed != source
     (target,) = load_targets(UNCHECKED, changed).targets
     assert target.spec is not None

@@ -221,17 +221,16 @@ def test_a_grid_made_one_line_of_blocks_is_one_dimensional(index: str) -> None:
     """darknet's and Caffe's index past the x dimension's old limit: a 1-D grid runs it the same (not an
     n x n square on 16 x 16 blocks, as it was read)."""
     spec = inferred(f"""
-        __global__ void l2_kernel(int n, float *pred, float *truth, float *delta, float *error) {{
+        __global__ void squared_gap(int n, const float *guess, const float *goal, float *gap, float *loss) {{
             int i = {index};
-            if (i < n) {{
-                float diff = truth[i] - pred[i];
-                error[i] = diff * diff;
-                delta[i] = diff;
-            }}
+            if (i >= n) return;
+            float g = goal[i] - guess[i];
+            gap[i] = g;
+            loss[i] = g * g;
         }}""")
     assert spec.inference_note.startswith("spec inferred from the 1-D element-wise pattern")
     assert (spec.launch.block, spec.launch.grid) == ((256,), ("ceil_div(n, block.x)",))
-    assert roles(spec)["error"] == ("output", ("n",))
+    assert roles(spec)["loss"] == ("output", ("n",))
 
 
 def test_a_line_of_blocks_with_2d_threads_is_still_2d() -> None:
@@ -244,36 +243,38 @@ def test_a_line_of_blocks_with_2d_threads_is_still_2d() -> None:
 
 
 def test_an_array_indexed_along_a_loop_reaches_the_loops_bound() -> None:
-    """A thread per column summing down the rows: `x[k * groups + i]` with k < n is n x groups, not a
-    row of groups (which the original would read past)."""
+    """A thread per column summing down the rows: `table[r * width + c]` with r < depth is depth x
+    width, not a row of width (which the original would read past)."""
     spec = inferred("""
-        __global__ void accumulate_kernel(float *x, int n, int groups, float *sum) {
-            int k;
-            int i = (blockIdx.x + blockIdx.y*gridDim.x) * blockDim.x + threadIdx.x;
-            if (i >= groups) return;
-            sum[i] = 0;
-            for (k = 0; k < n; ++k) sum[i] += x[k*groups + i];
+        __global__ void column_totals(const float *table, int depth, int width, float *totals) {
+            int c = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+            int r;
+            if (c < width) {
+                totals[c] = 0.0f;
+                for (r = 0; r < depth; r++) totals[c] += table[r * width + c];
+            }
         }""")
     assert spec.inference_note.startswith("spec inferred from the one-thread-per-column pattern")
-    assert roles(spec)["x"] == ("input", ("n", "groups")) and roles(spec)["sum"] == ("inout", ("groups",))
+    assert roles(spec)["table"] == ("input", ("depth", "width"))
+    assert roles(spec)["totals"] == ("inout", ("width",))
 
 
 @pytest.mark.parametrize(
     ("statement", "shapes"),
     [
         # a complex number's real and imaginary parts, interleaved
-        ("zout[2 * i] = din[i]; zout[2 * i + 1] = 0.0;", {"din": ("n",), "zout": ("2 * n",)}),
-        ("zout[i] = din[i + 1] - din[i];", {"din": ("n + 1",), "zout": ("n",)}),
-        ("zout[i] = din[i * 2 + 1] + din[i - 1];", {"din": ("2 * n",), "zout": ("n",)}),
+        ("pairs[2 * i] = src[i]; pairs[2 * i + 1] = 0.0;", {"src": ("n",), "pairs": ("2 * n",)}),
+        ("pairs[i] = src[i + 1] - src[i];", {"src": ("n + 1",), "pairs": ("n",)}),
+        ("pairs[i] = src[i * 2 + 1] + src[i - 1];", {"src": ("2 * n",), "pairs": ("n",)}),
         # an index the thread moves otherwise keeps the layout's shape
-        ("int j = i + 5; zout[i] = din[j];", {"din": ("n",), "zout": ("n",)}),
+        ("int j = i + 5; pairs[i] = src[j];", {"src": ("n",), "pairs": ("n",)}),
     ],
 )
 def test_a_1d_kernel_s_buffers_reach_as_far_as_its_scaled_indices(statement: str, shapes: dict) -> None:
     """The last thread's `2 * i + 1` is element 2n - 1: the buffer is 2n long, not n (the original
     would write past it)."""
     source = f"""
-        __global__ void pw(const double *din, double *zout, const int n) {{
+        __global__ void interleave(const double *src, double *pairs, const int n) {{
             const int i = blockIdx.x * blockDim.x + threadIdx.x;
             if (i < n) {{ {statement} }}
         }}"""
@@ -282,37 +283,42 @@ def test_a_1d_kernel_s_buffers_reach_as_far_as_its_scaled_indices(statement: str
     problem, _ = resolve(spec, spec.verify_sizes[0])
     written = render_spec(spec) + "\n" + source
     specs, errors = parse_specs(written, find_kernels(written))
-    assert errors == [] and specs["pw"].arguments == spec.arguments
-    if shapes["zout"] == ("2 * n",):
+    assert errors == [] and specs["interleave"].arguments == spec.arguments
+    if shapes["pairs"] == ("2 * n",):
         assert problem.arguments[1].shape == (2 * 1_000_003,)
 
 
 def test_blas_strides_are_one_verified_at_two_and_offsets_zero() -> None:
-    """darknet's axpy: the one size bounds the index, the others only stride it and move its start."""
+    """A BLAS-style update: the one size bounds the index, the others only stride it and move its start."""
     spec = inferred("""
-        __global__ void axpy_kernel(int N, float ALPHA, float *X, int OFFX, int INCX,
-                                    float *Y, int OFFY, int INCY) {
-            int i = (blockIdx.x + blockIdx.y*gridDim.x) * blockDim.x + threadIdx.x;
-            if(i < N) Y[OFFY+i*INCY] += ALPHA*X[OFFX+i*INCX];
+        __global__ void scaled_add(int count, float a, const float *src, int src_at, int src_step,
+                                   float *dst, int dst_at, int dst_step) {
+            int k = blockDim.x * (blockIdx.x + gridDim.x * blockIdx.y) + threadIdx.x;
+            if (k < count)
+                dst[k * dst_step + dst_at] = dst[k * dst_step + dst_at] + a * src[src_at + src_step * k];
         }""")
     values = {a.name: a.value for a in spec.arguments if a.role == "scalar"}
-    assert values == {"N": "N", "ALPHA": None, "OFFX": 0, "INCX": "INCX", "OFFY": 0, "INCY": "INCY"}
-    assert roles(spec)["X"] == ("input", ("N * INCX",)) and roles(spec)["Y"] == ("inout", ("N * INCY",))
-    assert spec.sizes == {"N": 16_777_216, "INCX": 1, "INCY": 1}
-    assert spec.verify_sizes == ({"N": 1_000_003, "INCX": 2, "INCY": 2},)
-    assert spec.launch.grid == ("ceil_div(N, block.x)",)
+    assert values == {
+        "count": "count", "a": None, "src_at": 0, "src_step": "src_step", "dst_at": 0, "dst_step": "dst_step"
+    }  # fmt: skip
+    assert roles(spec)["src"] == ("input", ("count * src_step",))
+    assert roles(spec)["dst"] == ("inout", ("count * dst_step",))
+    assert spec.sizes == {"count": 16_777_216, "src_step": 1, "dst_step": 1}
+    assert spec.verify_sizes == ({"count": 1_000_003, "src_step": 2, "dst_step": 2},)
+    assert spec.launch.grid == ("ceil_div(count, block.x)",)
     problem, _ = resolve(spec, spec.verify_sizes[0])
     assert problem.arguments[2].shape == (2_000_006,)
 
 
 def test_a_stride_alone_with_its_size_is_a_stride() -> None:
-    """`X[i * INCX]` with i < N: N elements INCX apart (not N rows of INCX, as it was read)."""
+    """`v[i * step]` with i < count: count elements step apart (not count rows of step, as it was read)."""
     spec = inferred("""
-        __global__ void scal_kernel(int N, float ALPHA, float *X, int INCX) {
-            int i = blockIdx.x * blockDim.x + threadIdx.x;
-            if (i < N) X[i*INCX] *= ALPHA;
+        __global__ void halve_every(int count, float *v, int step) {
+            int i = threadIdx.x + blockIdx.x * blockDim.x;
+            if (i >= count) return;
+            v[step * i] *= 0.5f;
         }""")
-    assert roles(spec)["X"] == ("inout", ("N * INCX",)) and spec.sizes == {"N": 16_777_216, "INCX": 1}
+    assert roles(spec)["v"] == ("inout", ("count * step",)) and spec.sizes == {"count": 16_777_216, "step": 1}
 
 
 @pytest.mark.parametrize(
@@ -338,37 +344,36 @@ def test_an_integer_that_is_not_only_a_stride_or_an_offset_is_no_blas_stride(bod
 
 
 def test_rows_a_pitch_apart_are_verified_with_the_pitch_past_the_row() -> None:
-    """Leading dimensions (`feats[i * ldf + j]`): each a size, a row's length at the benchmark and three
+    """Leading dimensions (`in[r * in_ld + c]`): each a size, a row's length at the benchmark and three
     elements more when verifying, each buffer [rows, its pitch]."""
     spec = inferred("""
-        __global__ void square_matrix_kernel(int num_rows, int num_cols, const float* feats, int ldf,
-                                             float* feats_sq, int lds) {
-            for (int i = blockIdx.y * blockDim.y + threadIdx.y; i < num_rows; i += blockDim.y * gridDim.y)
-                for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < num_cols;
-                     j += blockDim.x * gridDim.x) {
-                    float f = feats[i * ldf + j];
-                    feats_sq[i * lds + j] = f * f;
-                }
+        __global__ void abs_values(int n_rows, int n_cols, const float* in, int in_ld,
+                                   float* out, int out_ld) {
+            for (int r = threadIdx.y + blockDim.y * blockIdx.y; r < n_rows; r += gridDim.y * blockDim.y) {
+                for (int c = threadIdx.x + blockDim.x * blockIdx.x; c < n_cols; c += gridDim.x * blockDim.x)
+                    out[c + r * out_ld] = fabsf(in[r * in_ld + c]);
+            }
         }""")
     assert spec.inference_note.startswith("spec inferred from the 2-D pitched pattern")
-    assert roles(spec)["feats"] == ("input", ("num_rows", "ldf"))
-    assert roles(spec)["feats_sq"] == ("output", ("num_rows", "lds"))
-    assert spec.sizes == {"num_rows": 4096, "num_cols": 4096, "ldf": 4096, "lds": 4096}
-    assert spec.verify_sizes == ({"num_rows": 1023, "num_cols": 1021, "ldf": 1024, "lds": 1024},)
-    assert spec.launch.grid == ("ceil_div(num_cols, block.x)", "ceil_div(num_rows, block.y)")
+    assert roles(spec)["in"] == ("input", ("n_rows", "in_ld"))
+    assert roles(spec)["out"] == ("output", ("n_rows", "out_ld"))
+    assert spec.sizes == {"n_rows": 4096, "n_cols": 4096, "in_ld": 4096, "out_ld": 4096}
+    assert spec.verify_sizes == ({"n_rows": 1023, "n_cols": 1021, "in_ld": 1024, "out_ld": 1024},)
+    assert spec.launch.grid == ("ceil_div(n_cols, block.x)", "ceil_div(n_rows, block.y)")
 
 
 def test_a_pitch_through_a_local_index() -> None:
     spec = inferred("""
-        __global__ void Subtract(float *d_Result, float *d_Data1, float *d_Data2,
-                                 int width, int pitch, int height) {
-            const int x = blockIdx.x * blockDim.x + threadIdx.x;
-            const int y = blockIdx.y * blockDim.y + threadIdx.y;
-            int p = y * pitch + x;
-            if (x < width && y < height) d_Result[p] = d_Data1[p] - d_Data2[p];
+        __global__ void blend(float *mixed, const float *fore, const float *back, float alpha,
+                              int width, int height, int pitch) {
+            const int x = threadIdx.x + blockIdx.x * blockDim.x;
+            const int y = threadIdx.y + blockIdx.y * blockDim.y;
+            if (x >= width || y >= height) return;
+            const int at = x + y * pitch;
+            mixed[at] = alpha * fore[at] + (1.0f - alpha) * back[at];
         }""")
     assert {name: shape for name, (_, shape) in roles(spec).items() if shape} == dict.fromkeys(
-        ("d_Result", "d_Data1", "d_Data2"), ("height", "pitch")
+        ("mixed", "fore", "back"), ("height", "pitch")
     )
 
 
@@ -721,12 +726,12 @@ def test_a_shared_memory_tiled_matmul_over_three_sizes_gets_its_tile_as_block():
 
 
 def test_a_tiled_matmul_that_checks_no_bounds_covers_its_square_in_whole_tiles():
-    """The textbook's first tiled matmul: `Row = by * TILE_WIDTH + ty` through locals, no bounds check,
+    """The textbook's first tiled matmul: `r = by * TILE + ty` through locals, no bounds check,
     n a multiple of the tile (as the verify size is)."""
     spec = inferred((ROOT / "tests" / "kernels" / "tiled" / "textbook_matmul_unchecked.cu").read_text())
     assert spec.inference_note.startswith("spec inferred from the square 2-D contraction pattern")
-    assert spec.launch.block == (16, 16) and spec.verify_sizes == ({"Width": 144},)
-    assert spec.sizes == {"Width": 1024} and roles(spec)["Pd"] == ("output", ("Width", "Width"))
+    assert spec.launch.block == (16, 16) and spec.verify_sizes == ({"n": 144},)
+    assert spec.sizes == {"n": 1024} and roles(spec)["prod"] == ("output", ("n", "n"))
 
 
 def test_a_square_kernel_on_blockdim_steps_that_checks_no_bounds_is_still_refused():
@@ -738,12 +743,13 @@ def test_a_square_kernel_on_blockdim_steps_that_checks_no_bounds_is_still_refuse
 def test_tiles_stepped_through_a_24_bit_multiply_are_tiles_too():
     # image-processing code of the CUDA 1.x era: `__mul24(blockIdx.x, 16) + threadIdx.x`
     spec = inferred("""
-        __global__ void Subtract(float* d_Result, const float* d_Data1, const float* d_Data2, int width,
-                                 int height) {
-            const int x = __mul24(blockIdx.x, 16) + threadIdx.x;
-            const int y = __mul24(blockIdx.y, 16) + threadIdx.y;
-            int p = __mul24(y, width) + x;
-            if (x < width && y < height) d_Result[p] = d_Data1[p] - d_Data2[p];
+        __global__ void darken(const float* src, float* dst, int width, int height) {
+            const int col = threadIdx.x + __mul24(16, blockIdx.x);
+            const int row = threadIdx.y + __mul24(16, blockIdx.y);
+            if (col < width && row < height) {
+                const int at = col + __mul24(row, width);
+                dst[at] = 0.5f * src[at];
+            }
         }""")
     assert spec.launch.block == (16, 16)
     assert spec.launch.grid == ("ceil_div(width, 16)", "ceil_div(height, 16)")
@@ -752,13 +758,15 @@ def test_tiles_stepped_through_a_24_bit_multiply_are_tiles_too():
 def test_an_index_moved_by_a_size_in_a_loop_steps_no_block():
     """`col += nx` redefines a global index from a size alone: it says nothing of the block's steps."""
     spec = inferred("""
-        __global__ void transposeRow(float* out, const float* in, const int nx, const int ny) {
-            unsigned int ix = blockDim.x * blockIdx.x + threadIdx.x;
-            unsigned int iy = blockDim.y * blockIdx.y + threadIdx.y;
-            unsigned int row = iy * gridDim.x * blockDim.x + ix;
-            if (row < ny) {
-                int col = row;
-                for (int i = row * nx; i < (row + 1) * nx; i++) { out[col] = in[i]; col += nx; }
+        __global__ void flip_by_rows(float* dst, const float* src, const int nx, const int ny) {
+            unsigned int gx = threadIdx.x + blockIdx.x * blockDim.x;
+            unsigned int gy = threadIdx.y + blockIdx.y * blockDim.y;
+            unsigned int line = gx + gy * blockDim.x * gridDim.x;
+            if (line >= ny) return;
+            int to = line;
+            for (int from = line * nx; from < line * nx + nx; ++from) {
+                dst[to] = src[from];
+                to += nx;
             }
         }""")
     assert spec.launch.block == (32, 8)
@@ -767,11 +775,10 @@ def test_an_index_moved_by_a_size_in_a_loop_steps_no_block():
 def test_2d_steps_that_cannot_be_read_keep_the_32_by_8_block():
     # `32*bx + 32*w*by`: no one tile for both axes, as written; the 2-D layout's block, as before
     spec = inferred("""
-        __global__ void brighten(const float* img, float* out, int w, int h) {
-            int tx = threadIdx.x; int ty = threadIdx.y;
-            int bx = blockIdx.x; int by = blockIdx.y;
-            int pos = tx + 32*bx + w*ty + 32*w*by;
-            out[pos] = min(255.0f, img[pos] + 50);
+        __global__ void lift(const float* in, float* out, int w, int h) {
+            int bx = blockIdx.x, by = blockIdx.y, tx = threadIdx.x, ty = threadIdx.y;
+            int at = tx + 32*bx + w*ty + 32*w*by;
+            out[at] = fminf(in[at] + 0.25f, 1.0f);
         }""")
     assert spec.launch.block == (32, 8)
 

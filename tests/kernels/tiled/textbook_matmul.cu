@@ -1,33 +1,33 @@
-// The tiled square matmul as a textbook chapter builds it, with no spec: block and thread numbers
-// copied into short locals, each phase loading one TILE_WIDTH x TILE_WIDTH tile of each matrix into
-// shared memory (zero past the edge), the partial products summed between two barriers.
-#define TILE_WIDTH 16
+// A square product tiled through shared memory the way course notes build it, with no spec: the block
+// and thread numbers copied into short locals, a TILE x TILE piece of each factor staged a phase (zero
+// past the edge), the staged pieces multiplied between two barriers.
+#define TILE 16
 
-__global__ void matrixMulTiled(const float* M, const float* N, float* P, int Width)
+__global__ void tiled_square_product(const float* lhs, const float* rhs, float* prod, int n)
 {
-    __shared__ float Mds[TILE_WIDTH][TILE_WIDTH];
-    __shared__ float Nds[TILE_WIDTH][TILE_WIDTH];
+    __shared__ float lhs_piece[TILE][TILE];
+    __shared__ float rhs_piece[TILE][TILE];
 
     int bx = blockIdx.x, by = blockIdx.y;
     int tx = threadIdx.x, ty = threadIdx.y;
-    int Row = by * TILE_WIDTH + ty;
-    int Col = bx * TILE_WIDTH + tx;
+    int r = by * TILE + ty;
+    int c = bx * TILE + tx;
 
-    float Pvalue = 0.0f;
-    for (int ph = 0; ph < (Width + TILE_WIDTH - 1) / TILE_WIDTH; ++ph) {
-        if (Row < Width && ph * TILE_WIDTH + tx < Width)
-            Mds[ty][tx] = M[Row * Width + ph * TILE_WIDTH + tx];
+    float acc = 0.0f;
+    for (int phase = 0; phase < (n + TILE - 1) / TILE; ++phase) {
+        if (r < n && phase * TILE + tx < n)
+            lhs_piece[ty][tx] = lhs[r * n + phase * TILE + tx];
         else
-            Mds[ty][tx] = 0.0f;
-        if (Col < Width && ph * TILE_WIDTH + ty < Width)
-            Nds[ty][tx] = N[(ph * TILE_WIDTH + ty) * Width + Col];
+            lhs_piece[ty][tx] = 0.0f;
+        if (c < n && phase * TILE + ty < n)
+            rhs_piece[ty][tx] = rhs[(phase * TILE + ty) * n + c];
         else
-            Nds[ty][tx] = 0.0f;
+            rhs_piece[ty][tx] = 0.0f;
         __syncthreads();
-        for (int k = 0; k < TILE_WIDTH; ++k)
-            Pvalue += Mds[ty][k] * Nds[k][tx];
+        for (int q = 0; q < TILE; ++q)
+            acc += lhs_piece[ty][q] * rhs_piece[q][tx];
         __syncthreads();
     }
-    if (Row < Width && Col < Width)
-        P[Row * Width + Col] = Pvalue;
+    if (r < n && c < n)
+        prod[r * n + c] = acc;
 }

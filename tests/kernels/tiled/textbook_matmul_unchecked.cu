@@ -1,24 +1,24 @@
-// The textbook's first tiled matmul, before bounds checks are added: Width is taken to be a multiple of
-// the tile, so every load and the store run unguarded. No spec: inferred, and verified at a multiple.
-#define TILE_WIDTH 16
+// The same tiled square product before any bounds check: n is taken to be a multiple of the tile, so
+// every staging load and the final store run unguarded. No spec: inferred, and verified at a multiple.
+#define TILE 16
 
-__global__ void MatrixMulKernel(float* Md, float* Nd, float* Pd, int Width)
+__global__ void tiled_square_product_unchecked(float* lhs, float* rhs, float* prod, int n)
 {
-    __shared__ float Mds[TILE_WIDTH][TILE_WIDTH];
-    __shared__ float Nds[TILE_WIDTH][TILE_WIDTH];
+    __shared__ float lhs_piece[TILE][TILE];
+    __shared__ float rhs_piece[TILE][TILE];
     int bx = blockIdx.x;  int by = blockIdx.y;
     int tx = threadIdx.x; int ty = threadIdx.y;
-    // the row and the column of Pd this thread computes
-    int Row = by * TILE_WIDTH + ty;
-    int Col = bx * TILE_WIDTH + tx;
-    float Pvalue = 0;
-    for (int m = 0; m < Width / TILE_WIDTH; ++m) {
-        Mds[ty][tx] = Md[Row * Width + (m * TILE_WIDTH + tx)];
-        Nds[ty][tx] = Nd[(m * TILE_WIDTH + ty) * Width + Col];
+    // the output element this thread owns
+    int r = by * TILE + ty;
+    int c = bx * TILE + tx;
+    float acc = 0;
+    for (int phase = 0; phase < n / TILE; ++phase) {
+        lhs_piece[ty][tx] = lhs[r * n + (phase * TILE + tx)];
+        rhs_piece[ty][tx] = rhs[(phase * TILE + ty) * n + c];
         __syncthreads();
-        for (int k = 0; k < TILE_WIDTH; ++k)
-            Pvalue += Mds[ty][k] * Nds[k][tx];
+        for (int q = 0; q < TILE; ++q)
+            acc += lhs_piece[ty][q] * rhs_piece[q][tx];
         __syncthreads();
     }
-    Pd[Row * Width + Col] = Pvalue;
+    prod[r * n + c] = acc;
 }
