@@ -838,3 +838,46 @@ def test_a_tile_and_sizes_defined_in_the_files_own_header_count(tmp_path: Path) 
     (tmp_path / "a" / "fixed.cu").write_text(fixed)
     (target,) = load_targets(tmp_path / "a" / "fixed.cu").targets
     assert target.spec is not None and target.spec.sizes == {"N": 1024 * 1024}, target.note
+
+
+# -- tolerances of sums ---------------------------------------------------------------------------------
+
+
+def test_an_output_summed_in_a_loop_scales_its_tolerance_with_the_loops_length() -> None:
+    """A rewrite that splits or tiles a sum rounds it otherwise: the reduction length scales the
+    tolerance at each size checked (K of a matmul, the row's length, a tiled loop's size)."""
+    assert inferred(MATMUL_3).reduction == "K"
+    row_sum = inferred("""
+        __global__ void row_sum(const float* x, float* sums, int rows, int cols) {
+            int row = blockIdx.x * blockDim.x + threadIdx.x;
+            if (row >= rows) return;
+            double total = 0;
+            for (int c = 0; c < cols; ++c) total = total + x[(size_t)row * cols + c];
+            sums[row] = (float)total;
+        }""")
+    assert row_sum.reduction == "cols"
+    # phases and a #defined TILE: the loops' size names
+    tiled = inferred((ROOT / "tests" / "kernels" / "tiled" / "textbook_matmul.cu").read_text())
+    assert tiled.reduction == "n"
+    # at the benchmark's K = 1024 and at the verify size's K = 100
+    for k in (1024, 100):
+        problem, _ = resolve(inferred(MATMUL_3), {"K": k})
+        assert problem.tolerances["C"].atol == pytest.approx(max(1e-4 * k**0.5, 2.0 * 2.0**-24 * k))
+
+
+def test_an_integer_counter_or_a_max_in_a_loop_is_no_sum() -> None:
+    strided = inferred("""
+        __global__ void scale(float* x, float a, int n) {
+            for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+                x[i] *= a;
+        }""")
+    assert strided.reduction is None
+    row_max = inferred("""
+        __global__ void row_max(const float* x, float* out, int rows, int cols) {
+            int row = blockIdx.x * blockDim.x + threadIdx.x;
+            if (row >= rows) return;
+            float best = x[(size_t)row * cols];
+            for (int c = 1; c < cols; ++c) best = fmaxf(best, x[(size_t)row * cols + c]);
+            out[row] = best;
+        }""")
+    assert row_max.reduction is None

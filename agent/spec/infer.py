@@ -153,8 +153,7 @@ def infer_spec(
         size_expressions={name: str(value) for name, value in layout.sizes.items()},
         instantiate=instantiate,
         verify_sizes=(dict(layout.verify),),
-        # Single-element accumulators sum many values in a varying order: scale tolerances with the count.
-        reduction=" * ".join(layout.sizes) if accumulators else None,
+        reduction=_reduction(layout, bool(accumulators), analysis.sums_in_loops, size_of),
         inferred=True,
         inference_note=note,
     )
@@ -162,6 +161,23 @@ def infer_spec(
 
 
 _Typed = list[tuple[Parameter, str]]
+
+
+def _reduction(
+    layout: _Layout, accumulators: bool, summed_over: set[str] | None, size_of: Mapping[str, str]
+) -> str | None:
+    """How many terms each output sums, to scale the tolerances that rewrites reordering a sum need:
+    single-element accumulators sum every thread's value (all the sizes' product); a sum in loops, the
+    product of the sizes their conditions name (a matmul's k, a convolution's channels), else (bounds of
+    constants and #defines) the largest size."""
+    if accumulators:
+        return " * ".join(layout.sizes)
+    if summed_over is None or not layout.sizes:
+        return None
+    named = sorted({size_of[name] for name in summed_over if size_of.get(name) in layout.sizes})
+    if named:
+        return " * ".join(named)
+    return max(layout.sizes, key=lambda name: (layout.sizes[name], name))
 
 
 def classify_parameters(
@@ -902,12 +918,54 @@ class BodyAnalysis:
                 }:
                     self.index_axes.setdefault(axis, set()).add(name)
         self.loop_bound_names = {name for bounds in self._loop_bounds.values() for name in bounds}
+        self.sums_in_loops = self._sums_in_loops(nodes)
         self._nodes = nodes
         self.aliases = self._aliases(nodes, pointers)
         self.uses = {name: _Use() for name in pointers}
         for node in nodes:
             if node.type == "identifier" and (owner := self.aliases.get(_text(node))):
                 self._record(node, self.uses[owner])
+
+    def _sums_in_loops(self, nodes: list[Node]) -> set[str] | None:
+        """Where a floating-point local is summed in a loop (`acc += a[k] * b[k]`, `s = s + x[i]`): the
+        identifiers the enclosing loops' conditions compare their variables with (each output the end of a
+        sum over them, whose rounding any rewrite that reorders it changes); None without such a sum."""
+        floats = set()
+        for node in nodes:
+            kind = node.child_by_field_name("type") if node.type == "declaration" else None
+            if kind is not None and is_float(dtype_of_c_type(_text(kind)) or ""):
+                for declarator in node.children_by_field_name("declarator"):
+                    if declarator.type == "init_declarator":
+                        declarator = declarator.child_by_field_name("declarator") or declarator
+                    if declarator.type == "identifier":
+                        floats.add(_text(declarator))
+        found: set[str] | None = None
+        for node in nodes:
+            if node.type != "assignment_expression":
+                continue
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if left is None or right is None or _text(left) not in floats:
+                continue
+            operator = _operator(node)
+            summed = operator in ("+=", "-=") or (
+                operator == "=" and right.type == "binary_expression" and _operator(right) in ("+", "-")
+                and _text(left) in self._identifiers(right)
+            )  # fmt: skip
+            loops = self._enclosing_loops(node) if summed else []
+            if loops:
+                found = found or set()
+                for loop in loops:
+                    condition = loop.child_by_field_name("condition")
+                    found.update(self._identifiers(condition) if condition is not None else ())
+        return found
+
+    def _enclosing_loops(self, node: Node) -> list[Node]:
+        loops, parent = [], self._parent(node)
+        while parent is not None:
+            if parent.type in ("for_statement", "while_statement", "do_statement"):
+                loops.append(parent)
+            parent = self._parent(parent)
+        return loops
 
     def _bounds_of_indices(self, nodes: list[Node]) -> dict[str, set[str]]:
         """Each global index -> the identifiers a comparison puts it against (`row < M`)."""
