@@ -881,3 +881,53 @@ def test_an_integer_counter_or_a_max_in_a_loop_is_no_sum() -> None:
             out[row] = best;
         }""")
     assert row_max.reduction is None
+
+
+# -- blocks the indices name ------------------------------------------------------------------------------
+
+
+def test_an_index_that_steps_blocks_by_a_constant_gets_that_block() -> None:
+    """`blockIdx.x * THREADS + threadIdx.x` covers the range only on THREADS-thread blocks: a 256-thread
+    block would compute every other run of THREADS twice and leave the rest unwritten."""
+    one_d = inferred("""
+        #define THREADS 128
+        __global__ void shift(const float* in, float* out, int n) {
+            const int i = blockIdx.x * THREADS + threadIdx.x;
+            if (i < n) out[i] = in[i] + 1.0f;
+        }""")
+    assert (one_d.launch.block, one_d.launch.grid) == ((128,), ("ceil_div(n, 128)",))
+    assert "block 128" in one_d.inference_note
+    # each axis its own constant, through a local index (x + y * pitch)
+    two_d = inferred("""
+        #define TILE_W 32
+        #define TILE_H 16
+        __global__ void difference(float* out, const float* a, const float* b, int width, int pitch,
+                                   int height) {
+            const int x = blockIdx.x * TILE_W + threadIdx.x;
+            const int y = blockIdx.y * TILE_H + threadIdx.y;
+            const int at = x + y * pitch;
+            if (x < width && y < height) out[at] = a[at] - b[at];
+        }""")
+    assert (two_d.launch.block, two_d.launch.grid) == (
+        (32, 16),
+        ("ceil_div(width, 32)", "ceil_div(height, 16)"),
+    )
+    assert "block 32 × 16" in two_d.inference_note
+    _, launch = resolve(two_d, two_d.verify_sizes[0])
+    assert launch.block == (32, 16, 1) and launch.grid[:2] == (-(-1021 // 32), -(-1023 // 16))
+
+
+def test_steps_of_blockdim_or_a_tile_strided_by_rows_keep_the_layouts_block() -> None:
+    plain = inferred("""
+        __global__ void shift(const float* in, float* out, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) out[i] = in[i] + 1.0f;
+        }""")
+    assert (plain.launch.block, plain.launch.grid) == ((256,), ("ceil_div(n, block.x)",))
+    too_big = infer("""
+        #define SIDE 64
+        __global__ void shift(const float* in, float* out, int rows, int cols) {
+            int c = blockIdx.x * SIDE + threadIdx.x, r = blockIdx.y * SIDE + threadIdx.y;
+            if (r < rows && c < cols) out[r * cols + c] = in[r * cols + c] + 1.0f;
+        }""")
+    assert too_big[0] is None and "4096 threads, over 1024" in too_big[1]

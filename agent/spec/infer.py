@@ -27,6 +27,8 @@ when it also reads it (`y[i] += ...`, `y[i] = y[i] * 2`, atomics); a pointer onl
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -136,6 +138,8 @@ def infer_spec(
     else:
         names = ", ".join(parameter.name for parameter, _ in int_scalars) or "none"
         return None, f"expected one integer size (n) or two (rows, cols); found {len(int_scalars)} ({names})"
+    if not isinstance(layout, str):
+        layout = _stepped_block(layout, analysis)
     if isinstance(layout, str):
         return None, layout
 
@@ -369,6 +373,41 @@ BLOCK_DIM = 0  # `BodyAnalysis.tile` for indices that step blocks by blockDim: a
 # A kernel whose indices step blocks by a TILE (a shared-memory tiled matmul) often loads its tiles
 # without bounds checks: it is verified at odd multiples of the tile, (rows, cols, depth) or n the first.
 TILE_MULTIPLES = (9, 5, 7)
+
+
+def _stepped_block(layout: _Layout, analysis: BodyAnalysis) -> _Layout | str:
+    """A kernel whose indices step blocks by constants (`blockIdx.x * SUBTRACT_W + threadIdx.x`,
+    `blockIdx.y * 16 + threadIdx.y`) covers its range only on blocks of those sides: the block they name
+    along each such axis, the grid counted in them. (A block of other sides leaves rows unwritten, or
+    writes some twice: the original then fails its own checks, or every rewrite does.) A loop striding
+    through a tile of rows (TILE x BLOCK_ROWS) keeps the layout's rows."""
+    steps = analysis.axis_steps()
+    axes = ("x", "y", "z")[: len(layout.block)]
+    fixed = {
+        axis: step
+        for axis, step in steps.items()
+        if step is not None and step != BLOCK_DIM and not (axis == "y" and analysis.strides_a_tile(step))
+    }
+    if not fixed:
+        return layout
+    if not set(fixed) <= set(axes):
+        return f"its indices step blocks by {fixed} along axes its layout has no block for; write a spec"
+    block = tuple(fixed.get(axis, side) for axis, side in zip(axes, layout.block, strict=True))
+    if block == layout.block and all(f"block.{axis}" not in " ".join(layout.grid) for axis in fixed):
+        return layout
+    if math.prod(block) > 1024:
+        return f"its indices step blocks by {fixed}: a block of {math.prod(block)} threads, over 1024"
+    grid = tuple(_counted_in(expression, fixed) for expression in layout.grid)
+    sides = " × ".join(map(str, block))
+    summary, found = re.subn(r"block \d+( × \d+)*", f"block {sides}", layout.summary, count=1)
+    return replace(layout, block=block, grid=grid, summary=summary if found else f"{summary}, block {sides}")
+
+
+def _counted_in(expression: str, steps: Mapping[str, int]) -> str:
+    """A grid expression counted in the steps (`ceil_div(width, block.x)` -> `ceil_div(width, 32)`)."""
+    for axis, step in steps.items():
+        expression = expression.replace(f"block.{axis}", str(step))
+    return expression
 
 
 def _tiled_launch(tile: int, sizes: tuple[str, str]) -> tuple[tuple[int, int], tuple[str, str]]:
@@ -1065,9 +1104,32 @@ class BodyAnalysis:
         (step,) = steps or {BLOCK_DIM}
         if step == BLOCK_DIM:
             return step
-        return step if 1 <= step * step <= 1024 and not self._strides_a_tile(step) else None
+        return step if 1 <= step * step <= 1024 and not self.strides_a_tile(step) else None
 
-    def _strides_a_tile(self, tile: int) -> bool:
+    def axis_steps(self) -> dict[str, int | None]:
+        """Per axis the global indices run along, what their definitions step blocks by: BLOCK_DIM, one
+        integer constant (`blockIdx.x * SUBTRACT_W + threadIdx.x`, `blockIdx.y * 16 + threadIdx.y`), or
+        None for anything else (several, or a step this cannot read)."""
+        steps: dict[str, int | None] = {}
+        for axis, indices in self.index_axes.items():
+            found: set[int | None] = set()
+            for name, value in self.definitions:
+                if name not in indices or not any(self._block_number(node) for node in walk(value)):
+                    continue
+                if "blockDim" in self._roots(value):
+                    found.add(BLOCK_DIM)
+                    continue
+                found |= {
+                    self._constant(_text(unwrapped(other)))
+                    for node in walk(value)
+                    for side, other in _product_operands(node)
+                    if self._block_number(unwrapped(side))
+                } or {None}
+            if found:
+                steps[axis] = found.pop() if len(found) == 1 else None
+        return steps
+
+    def strides_a_tile(self, tile: int) -> bool:
         """Whether a loop steps through the tile by a smaller constant (`for (j = 0; j < TILE; j +=
         BLOCK_ROWS)`): then each thread covers several rows, the block is TILE x BLOCK_ROWS, not square."""
         for node in self._nodes:
