@@ -927,6 +927,9 @@ class BodyAnalysis:
         self._defined_from: dict[str, set[str]] = {}
         for name, value in self.definitions:
             self._defined_from.setdefault(name, set()).update(self._identifiers(value))
+        # a value read from memory through an index (`val = input[i + b * n]`, and what is computed from
+        # it) is data the thread works on, not a place in the range it covers
+        self._data = self._read_from_memory()
         self.global_indices = {name for name, value in self.definitions if self._is_global_index(value)}
         self.block_indices = {
             name
@@ -964,6 +967,24 @@ class BodyAnalysis:
         for node in nodes:
             if node.type == "identifier" and (owner := self.aliases.get(_text(node))):
                 self._record(node, self.uses[owner])
+
+    def _read_from_memory(self) -> set[str]:
+        """The locals some definition gives a value read from an array (`val = input[k]`), or computed
+        from such a local (`x = val * 2`)."""
+        data: set[str] = set()
+        while True:
+            more = {
+                name
+                for name, value in self.definitions
+                if name not in data
+                and (
+                    any(node.type == "subscript_expression" for node in walk(value))
+                    or self._identifiers(value) & data
+                )
+            }
+            if not more:
+                return data
+            data |= more
 
     def _sums_in_loops(self, nodes: list[Node]) -> set[str] | None:
         """Where a floating-point local is summed in a loop (`acc += a[k] * b[k]`, `s = s + x[i]`): the
@@ -1053,7 +1074,10 @@ class BodyAnalysis:
         return self._expanded(self._identifiers(node))
 
     def _is_global_index(self, node: Node) -> bool:
-        """blockIdx.x * blockDim.x + threadIdx.x, in any spelling: it depends on both indices."""
+        """blockIdx.x * blockDim.x + threadIdx.x, in any spelling: it depends on both indices, and on no
+        value read from memory."""
+        if any(n.type == "subscript_expression" for n in walk(node)) or self._identifiers(node) & self._data:
+            return False
         return {"blockIdx", "threadIdx"} <= self._roots(node)
 
     def _expanded(self, names: Iterable[str], depth: int = 4) -> set[str]:
