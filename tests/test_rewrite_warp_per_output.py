@@ -125,6 +125,50 @@ def test_softmax_example_keeps_its_three_passes() -> None:
     assert candidate.source.count("c += 32") == 3 and candidate.source.count("__shfl_xor_sync") == 2
 
 
+LINE_OF_BLOCKS_SOFTMAX = """
+__global__ void row_softmax(int cols, int rows, float* in, float scale, float* out)
+{
+    int r = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    int k;
+    float top = -INFINITY, total = 0;
+    for (k = 0; k < cols; ++k) {
+        int v = in[k + r * cols];
+        top = (v > top) ? v : top;
+    }
+    for (k = 0; k < cols; ++k) total += exp(in[k + r * cols] / scale - top / scale);
+    for (k = 0; k < cols; ++k) out[k + r * cols] = exp(in[k + r * cols] / scale - top) / total;
+}"""
+
+
+@needs_compiler
+def test_a_thread_per_row_on_a_line_of_blocks_becomes_a_warp_per_row() -> None:
+    """`(blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x` under the spec's 1-D grid is the
+    1-D index (blockIdx.y is 0 there): darknet's and Caffe's spelling gets the rewrites a plain index does."""
+    target = _target(LINE_OF_BLOCKS_SOFTMAX, "row_softmax")
+    assert target.spec is not None and target.spec.launch.grid == ("ceil_div(rows, block.x)",)
+    candidate = check(target)[0]
+    assert candidate.source.count("k += 32") == 3 and candidate.source.count("__shfl_xor_sync") == 2
+    assert "blockIdx.y" not in candidate.source  # the index the rewrite writes is its own
+    # a 2-D grid written in the spec: blockIdx.y is a second axis, not left out
+    spec = """/* cuda-agent
+[sizes]
+rows = 4096
+cols = 1024
+[args]
+cols = { role = "scalar", dtype = "int32", value = "cols" }
+rows = { role = "scalar", dtype = "int32", value = "rows" }
+in = { role = "input", dtype = "float32", shape = ["rows", "cols"] }
+scale = { role = "scalar", dtype = "float32", value = "1.5" }
+out = { role = "output", dtype = "float32", shape = ["rows", "cols"] }
+[launch]
+block = [256]
+grid = ["8", "2"]
+*/"""
+    two_d = _target(spec + LINE_OF_BLOCKS_SOFTMAX, "row_softmax")
+    assert propose(two_d) == []
+
+
 @pytest.mark.parametrize(
     "kernel",
     [

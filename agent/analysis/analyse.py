@@ -54,7 +54,8 @@ def analysed(target: KernelTarget) -> tuple[KernelTree, KernelFacts] | None:
         return None
     # the file's own headers are read too (their #defines): the same text next to other headers differs
     where = (str(target.path), headers_stamp(target.path, target.source))
-    key = (target.source, target.kernel.name, target.kernel.body_span.start_byte, where)
+    grid_rank = len(target.spec.launch.grid)  # what the launch fixes (fixed_by_launch) is part of the facts
+    key = (target.source, target.kernel.name, target.kernel.body_span.start_byte, where, grid_rank)
     found = _ANALYSED.get(key)
     if found is None:
         tree = untemplated_kernel_tree(target, instantiated=True)
@@ -101,6 +102,7 @@ class _Walker:
             frozenset(self.bytes),
             on_load=self._loaded,
             on_unmodelled=self.unmodelled.append,
+            fixed=fixed_by_launch(spec.launch.grid) if spec is not None else {},
         )
         self.mutable = assigned_names(self.tree.body)
 
@@ -422,6 +424,12 @@ def _is_index_type(declaration: Node) -> bool:
     type_node = declaration.child_by_field_name("type")
     written = text(type_node) if type_node is not None else ""
     return written in ("int", "unsigned", "unsigned int", "size_t", "long", "long long", "int64_t", "auto")
+
+
+def fixed_by_launch(grid: tuple[str, ...]) -> dict[str, Form]:
+    """The block numbers a grid of this rank leaves at 0 and the grid sides it leaves at 1."""
+    unused = "yz"[len(grid) - 1 :]
+    return {f"blockIdx.{a}": Form() for a in unused} | {f"gridDim.{a}": Form.constant(1) for a in unused}
 
 
 def _axis(form: Form) -> str | None:

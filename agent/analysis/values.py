@@ -9,7 +9,7 @@ that still says what it depends on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form, quotient, recombine, remainder
@@ -143,6 +143,9 @@ class Values:
     bindings: dict[str, Bound] = field(default_factory=dict)
     on_load: Callable[[Node, str, Form], None] | None = None  # reports each load (node, base, offset)
     on_unmodelled: Callable[[Node], None] | None = None  # reports each load it cannot place
+    # builtins the launch fixes (a 1-D grid: blockIdx.y is 0, gridDim.y is 1), so that a block number made
+    # one line of a 2-D grid (`blockIdx.x + blockIdx.y * gridDim.x`) reads as the 1-D one it is there
+    fixed: Mapping[str, Form] = field(default_factory=dict)
     _depth: int = 0
 
     def form(self, node: Node, scope: dict[str, Bound] | None = None) -> Form:
@@ -155,6 +158,8 @@ class Values:
             return self._name(text(node), scope)
         if kind == "field_expression":
             written = text(node).replace(" ", "")
+            if written in self.fixed:
+                return self.fixed[written]
             return Form.atom(written) if written in THREAD_ATOMS else self.atoms.opaque(written, ())
         if kind == "unary_expression":
             operator, argument = node.child_by_field_name("operator"), node.child_by_field_name("argument")
