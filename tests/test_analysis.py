@@ -31,8 +31,9 @@ grid = ["ceil_div(rows, block.x)"]
 SIGNATURE = "__global__ void k(const float* x, float* y, int* out, int rows, int cols)"
 
 
-def facts_of(body: str, before: str = "") -> KernelFacts:
-    source = SPEC + before + SIGNATURE + " {\n" + body + "\n}\n"
+def facts_of(body: str, before: str = "", grid: str = '"ceil_div(rows, block.x)"') -> KernelFacts:
+    spec = SPEC.replace('grid = ["ceil_div(rows, block.x)"]', f"grid = [{grid}]")
+    source = spec + before + SIGNATURE + " {\n" + body + "\n}\n"
     target = load_targets(Path("k.cu"), source).find("k")
     assert target is not None and target.spec is not None
     tree = kernel_tree(target)
@@ -117,11 +118,27 @@ def test_bounds_are_normalised_to_an_exclusive_limit(condition: str, early: bool
 def test_a_bound_through_a_local_and_other_conjuncts() -> None:
     facts = facts_of("int i = blockIdx.y * blockDim.y + threadIdx.y;\n"
                      "int j = blockIdx.x * blockDim.x + threadIdx.x; int n = rows * 2;\n"
-                     "if (i < n && j < cols && j <= i) y[i * cols + j] = 0;")  # fmt: skip
+                     "if (i < n && j < cols && j <= i) y[i * cols + j] = 0;",
+                     grid='"ceil_div(cols, block.x)", "ceil_div(rows, block.y)"')  # fmt: skip
     assert facts.guard is not None
     assert {b.index: b.bound.text() for b in facts.guard.bounds} == {"i": "2*rows", "j": "cols"}
     assert len(facts.guard.others) == 1  # j <= i bounds an index by another index
     assert {i.name: i.axis for i in facts.indices} == {"i": "y", "j": "x"}
+
+
+@pytest.mark.parametrize("index", [
+    "(blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x",
+    "blockDim.x * (gridDim.x * blockIdx.y + blockIdx.x) + threadIdx.x",
+])  # fmt: skip
+def test_a_line_of_blocks_is_the_x_index_on_a_1d_grid_and_two_axes_on_a_2d_one(index: str) -> None:
+    body = f"int r = {index};\nif (r < rows) out[r] = 1;"
+    (one_d,) = facts_of(body).indices
+    assert (one_d.axis, one_d.form) == (
+        "x",
+        Form.atom("blockIdx.x") * Form.atom("blockDim.x") + Form.atom("threadIdx.x"),
+    )
+    (two_d,) = facts_of(body, grid='"16", "4"').indices
+    assert two_d.axis is None and "blockIdx.y" in two_d.form.atoms()
 
 
 REDUCE = "int r = blockIdx.x * blockDim.x + threadIdx.x; if (r >= rows) return;\n"
