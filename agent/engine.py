@@ -21,7 +21,7 @@ from cuda_agent.agent.index_ranges import with_index_ranges
 from cuda_agent.agent.spec import KernelSpec, SpecResolveError, resolve
 from cuda_agent.agent.targets import KernelTarget, automatic_verify_points, problems_for, with_block
 from cuda_agent.sandbox.children import kill_running
-from cuda_agent.sandbox.plan import KernelUnderTest, LaunchPlan, Problem
+from cuda_agent.sandbox.plan import CompiledKernel, KernelUnderTest, LaunchPlan, Problem
 from cuda_agent.sandbox.protocol import (
     TimeRequest,
     TimeTorchRequest,
@@ -30,6 +30,7 @@ from cuda_agent.sandbox.protocol import (
     VerifyRequest,
 )
 from cuda_agent.sandbox.reports import (
+    Comparison,
     CompileResult,
     DeviceInfo,
     TimingReport,
@@ -54,6 +55,9 @@ class EngineSettings:
     arch: str | None = None  # None: the GPU's own, else DEFAULT_ARCH
     input_sets: int = 5
     time_budget_s: float = 0.6  # timed work per measurement
+    # A candidate's measurement stops once its verdict and speedup are settled (sandbox/paired.py); the
+    # one to be shown is measured again in full first (Engine.confirm).
+    settle_early: bool = True
     use_cache: bool = True
     # Every compile's environment besides the file's own (agent/compile_environment.py): absolute include
     # folders, NAME[=VALUE] macros and compiler flags, from -I/-D/--nvcc-flag or the server's settings.
@@ -371,15 +375,10 @@ class Engine:
     ) -> CandidateResult:
         if not compiled.ok or compiled.kernel is None:
             return CandidateResult(candidate, compiled)
-        assert baseline.kernel is not None
-        launches = self._launches(baseline, candidate)
-        if isinstance(launches, WorkerError):
-            return CandidateResult(candidate, compiled, error=launches)
-        kernel = KernelUnderTest(compiled.kernel, launches, label="candidate")
-        key = result_key(
-            "candidate", baseline.kernel.compiled, kernel.compiled, baseline.problems, launches,
-            self.device_key(), self.settings,
-        )  # fmt: skip
+        under_test = self._under_test(baseline, candidate, compiled.kernel, "candidate")
+        if isinstance(under_test, WorkerError):
+            return CandidateResult(candidate, compiled, error=under_test)
+        kernel, key = under_test
         cached = self.cache.get(key)
         if isinstance(cached, CandidateResult):
             return replace(cached, candidate=candidate, compile=compiled, cached=True)
@@ -391,17 +390,70 @@ class Engine:
             return CandidateResult(candidate, compiled, error=report)
         result = CandidateResult(candidate, compiled, report)
         if report.passed:
-            timed = self._sandbox_time(
-                self._time_request((_first(baseline.kernel), _first(kernel)), baseline.problems[0], reference)
-            )
+            timed = self._time_against(baseline, kernel, reference, self.settings.settle_early)
             if isinstance(timed, WorkerError):
                 return replace(result, error=timed)
-            comparison = timed.comparison
-            if comparison is not None and timed.failures:
-                comparison = replace(comparison, timed_output_failures=timed.failures, faster=False)
-            result = replace(result, comparison=comparison)
+            result = replace(result, comparison=timed)
         self.cache.set(key, result)
         return result
+
+    def confirm(self, baseline: Baseline, result: CandidateResult) -> CandidateResult:
+        """A faster candidate whose measurement settled early, measured again for the whole budget: the
+        figures a user is shown, and hundreds of launches whose sampled outputs are checked (a kernel that
+        changes after many launches is caught here, not only in the few dozen a screening made). Any other
+        result is returned as it is. Cached like a candidate's result."""
+        comparison = result.comparison
+        if not result.faster or comparison is None or not comparison.settled_early:
+            return result
+        assert result.compile.kernel is not None
+        under_test = self._under_test(baseline, result.candidate, result.compile.kernel, "confirmed")
+        if isinstance(under_test, WorkerError):
+            return replace(result, comparison=None, error=under_test)
+        kernel, key = under_test
+        cached = self.cache.get(key)
+        if isinstance(cached, Comparison):
+            return replace(result, comparison=cached)
+        reference = _reference_for(baseline.problems, baseline.kernel)
+        timed = self._time_against(baseline, kernel, reference, settle_early=False)
+        if isinstance(timed, WorkerError):  # unconfirmed: not shown as faster
+            return replace(result, comparison=None, error=timed)
+        if timed is not None:
+            self.cache.set(key, timed)
+        return replace(result, comparison=timed)
+
+    def _under_test(
+        self, baseline: Baseline, candidate: Candidate, compiled: CompiledKernel, purpose: str
+    ) -> tuple[KernelUnderTest, str] | WorkerError:
+        """The candidate's kernel with its launch at every problem size, and the cache key of what
+        `purpose` ("candidate": verified and screened; "confirmed": timed in full) finds out about it."""
+        assert baseline.kernel is not None
+        launches = self._launches(baseline, candidate)
+        if isinstance(launches, WorkerError):
+            return launches
+        key = result_key(
+            purpose, baseline.kernel.compiled, compiled, baseline.problems, launches, self.device_key(),
+            self.settings,
+        )  # fmt: skip
+        return KernelUnderTest(compiled, launches, label="candidate"), key
+
+    def _time_against(
+        self,
+        baseline: Baseline,
+        kernel: KernelUnderTest,
+        reference: KernelUnderTest | None,
+        settle_early: bool,
+    ) -> Comparison | WorkerError | None:
+        """The candidate timed interleaved with the original at the benchmark size; failures of its timed
+        runs' outputs make it not faster."""
+        assert baseline.kernel is not None
+        pair = (_first(baseline.kernel), _first(kernel))
+        timed = self._sandbox_time(self._time_request(pair, baseline.problems[0], reference, settle_early))
+        if isinstance(timed, WorkerError):
+            return timed
+        comparison = timed.comparison
+        if comparison is not None and timed.failures:
+            comparison = replace(comparison, timed_output_failures=timed.failures, faster=False)
+        return comparison
 
     def time_torch(
         self, baseline: Baseline, budget_s: float | None = None, compile: bool = True
@@ -491,7 +543,11 @@ class Engine:
             return WorkerError("bad_request", f"launch of the candidate: {exc}")
 
     def _time_request(
-        self, kernels: tuple[KernelUnderTest, ...], problem: Problem, reference: KernelUnderTest | None
+        self,
+        kernels: tuple[KernelUnderTest, ...],
+        problem: Problem,
+        reference: KernelUnderTest | None,
+        settle_early: bool = False,
     ) -> TimeRequest:
         ceilings = self.gpu.ceilings if self.gpu else None
         flop_rate = ceilings.flops_tflops.get(problem.flop_dtype) if ceilings else None
@@ -502,6 +558,7 @@ class Engine:
             budget_s=self.settings.time_budget_s,
             ceilings_bandwidth_gbs=ceilings.copy_bandwidth_gbs if ceilings else None,
             ceilings_tflops=flop_rate,
+            settle_early=settle_early,
         )
 
     def _sandbox_verify(self, request: VerifyRequest) -> VerificationReport | WorkerError:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from cuda_agent.agent.analysis.normalise import without_else_return
 from cuda_agent.agent.candidates import Candidate, CandidateResult
+from cuda_agent.agent.confirmation import Confirmation
 from cuda_agent.agent.engine import Baseline, Engine, Progress
 from cuda_agent.agent.llm import LLM_PROPOSER
 from cuda_agent.agent.llm.loop import LlmSession, run_session
@@ -100,6 +101,14 @@ def optimize(
     chosen = {name: PROPOSERS[name] for name in names if name != LLM_PROPOSER}
     progress = Progress(kernel=target.kernel.name)
     gate = SanitizerGate(engine, baseline) if sanitize else None
+    confirmation = Confirmation(engine, baseline)
+
+    def choose(results: list[CandidateResult]) -> tuple[list[CandidateResult], CandidateResult | None]:
+        """The results with what the checks before showing found (a full measurement, the sanitizer),
+        and the best of them that passes both."""
+        seen, best = confirmation.choose(results, gate.best if gate is not None else best_of)
+        return (gate.annotate(seen) if gate is not None else seen), best
+
     # The search checks its budget between batches; within one, a candidate is not started past it (a
     # batch of slow candidates overran a 30 s budget by 18 s on the H200).
     deadline = time.monotonic() + (budget or SearchBudget()).seconds
@@ -120,14 +129,13 @@ def optimize(
             on_progress(p)
         if on_best is None:
             return
-        best = gate.best(p.results) if gate is not None else best_of(p.results)
+        seen, best = choose(p.results)
         if best is not None and best.candidate.id != shown:
             shown = best.candidate.id
             so_far = f"best so far after {len(p.results)} candidates; the search goes on"
             if gate is not None:
                 so_far += gate.explain(best)
             live = sessions[-1] if sessions else None
-            seen = gate.annotate(p.results) if gate is not None else p.results
             on_best(OptimizeOutcome(baseline, tuple(seen), best, so_far, llm=live))
 
     search = run_search(target, chosen, evaluate, budget, progress, report) if chosen else None
@@ -141,9 +149,7 @@ def optimize(
             results += session.results
         else:
             notes = (f"LLM proposer disabled: {reason}",)
-    best = gate.best(results) if gate is not None else best_of(results)
-    if gate is not None:
-        results = gate.annotate(results)
+    results, best = choose(results)
     explanation = explain(baseline, results, best, search)
     if session is not None:
         explanation += f"; {session.summary()}"

@@ -651,6 +651,7 @@ def cmd_compare(engine: Engine, args: argparse.Namespace) -> int:
             console.print("[red]the original cannot serve as the reference; nothing compared[/]")
             return 1
         (result,) = engine.evaluate(baseline, [candidate])
+        result = engine.confirm(baseline, result)  # the figures shown: a full measurement, not a screening
     if args.sanitize and result.verified:
         with console.status("checking the rewrite under compute-sanitizer…"):
             result = replace(result, sanitizer=engine.sanitize(baseline, result))

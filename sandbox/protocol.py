@@ -54,6 +54,10 @@ class TimeRequest:
     ceilings_bandwidth_gbs: float | None = None  # for the roofline fields and the plausibility floor
     ceilings_tflops: float | None = None
     base_seed: int | None = None  # None: fresh seeds from the OS; set only to replay a run
+    # With two kernels: stop as soon as the verdict and the speedup are settled (paired.settled), not at
+    # the budget. A search's screening measurement; what is shown is timed again without it
+    # (Engine.confirm).
+    settle_early: bool = False
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ class RecordedSandbox:
             if kernel.label != "original":
                 median = recorded.candidates.get(_block(kernel.launches[0].block), median)
             reports.append(self._report(kernel.label, median, request.problem, request))
-        comparison = _compare(reports[0], reports[1]) if len(reports) == 2 else None
+        comparison = _compare(reports[0], reports[1], request.settle_early) if len(reports) == 2 else None
         return TimingResult(tuple(reports), comparison)
 
     def time_torch(self, request: TimeTorchRequest, on_heartbeat: object = None) -> TorchTimingResult:
@@ -201,7 +201,7 @@ class RecordedSandbox:
         )
 
 
-def _compare(baseline: TimingReport, candidate: TimingReport) -> Comparison:
+def _compare(baseline: TimingReport, candidate: TimingReport, settle_early: bool) -> Comparison:
     ratio = candidate.median_ms / baseline.median_ms
     interval = (ratio * (1 - SPREAD), ratio * (1 + SPREAD))
     faster, slower = interval[1] < 1 - SPREAD, interval[0] > 1 + SPREAD
@@ -214,4 +214,5 @@ def _compare(baseline: TimingReport, candidate: TimingReport) -> Comparison:
         faster=faster,
         slower=slower,
         decision=f"{verdict} (recorded medians, {RECORDED_WORKER_ENV})",
+        settled_early=settle_early and (faster or slower),  # as a real worker's: a clear verdict settles
     )

@@ -111,6 +111,7 @@ class Comparison:
     slower: bool
     decision: str  # how the verdict was reached, for a person
     timed_output_failures: tuple[CheckFailure, ...] = ()
+    settled_early: bool = False  # stopped before the budget (a search's screening: TimeRequest.settle_early)
 
 
 @dataclass(frozen=True)

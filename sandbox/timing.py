@@ -9,6 +9,7 @@ oracle on the same inputs replayed from their seed; every timed run's outputs ar
 leftover poison on the GPU (one pass, read at the end). A kernel that behaves differently once it has
 been launched many times fails "timed_mismatch". A median below what the measured ceilings allow is
 "implausible". Guards are filled once, so an out-of-bounds write in any round shows at the end.
+A search's screening (TimeRequest.settle_early) stops once its verdict is settled.
 """
 
 from __future__ import annotations
@@ -33,16 +34,16 @@ from cuda_agent.sandbox.buffers import (
     launch_and_wait,
 )
 from cuda_agent.sandbox.checks import compare_output, timed_runs_to_replay, unexplained_poison
+from cuda_agent.sandbox.paired import compare, settled
 from cuda_agent.sandbox.plan import Problem, Tolerance
 from cuda_agent.sandbox.protocol import TimeRequest, TimingResult
-from cuda_agent.sandbox.reports import CheckFailure, Comparison, TimingReport
+from cuda_agent.sandbox.reports import CheckFailure, TimingReport
 from cuda_agent.sandbox.verify import BadRequest, Beat, Oracle
 
 WARMUP_RUNS = (3, 25)  # at least, at most
 WARMUP_MS = 10.0  # of kernel time, so clocks and caches settle
 SAMPLED_RUNS = 3  # timed runs checked besides the last one
 PLAUSIBILITY_MARGIN = 0.15  # a kernel may beat the measured copy bandwidth a little, never by this much
-MIN_NOISE = 0.01  # no speedup under 1% is claimed, however quiet the GPU
 
 
 Snapshot = tuple[int, int, dict[str, cupy.ndarray]]  # (timed run, seed, outputs right after it)
@@ -119,13 +120,18 @@ def time_kernels(
     wall_deadline = time.perf_counter() + 2 * request.budget_s
     in_flight: deque[list[tuple[Any, Any]]] = deque()
     run = 0
+    settled_early = False
     while True:
         queued = run + 1
-        last = queued >= request.max_runs or (
-            queued >= request.min_runs
-            and (
-                done_ms + len(in_flight) * round_ms + round_ms >= budget_ms
-                or time.perf_counter() >= wall_deadline
+        last = (
+            settled_early
+            or queued >= request.max_runs
+            or (
+                queued >= request.min_runs
+                and (
+                    done_ms + len(in_flight) * round_ms + round_ms >= budget_ms
+                    or time.perf_counter() >= wall_deadline
+                )
             )
         )
         slot = 0 if last else _reservoir_slot(run, chooser)
@@ -137,6 +143,9 @@ def time_kernels(
             round_ms = sum(t[-1] for t in times)
             done_ms += round_ms
             beat(f"timed run {len(times[0])}")
+            if request.settle_early and len(times) == 2 and not last:
+                # settled: the round queued next is the last (its outputs are snapshotted)
+                settled_early = settled_early or settled(times[0], times[1])
         if last:
             break
 
@@ -161,7 +170,7 @@ def time_kernels(
     failures += [f for r in reports if (f := _implausible(r, request.problem)) is not None]
     comparison = None
     if len(reports) == 2:
-        comparison = compare(reports[0], reports[1], times[0], times[1])
+        comparison = compare(reports[0], reports[1], times[0], times[1], settled_early)
         comparison = replace(comparison, timed_output_failures=tuple(failures))
     return TimingResult(reports=tuple(reports), comparison=comparison, failures=tuple(failures))
 
@@ -214,13 +223,14 @@ def _unwritten_in_timed_runs(
     beat: Beat,
 ) -> list[CheckFailure]:
     """Timed runs whose outputs kept more elements holding that run's poison than the kernel itself
-    computes as that value on the same inputs.
+    leaves so on the same inputs.
 
     A correct output equals any fixed bit pattern by chance: among 2^27 fp16 values the poison 0xA5A5
     (-0.02205) turns up thousands of times, and a uint8 output holds 0xA5 about 1 in 256. So a count is
-    only suspicious beside what the same kernel (loaded afresh: no state from the timed runs) computes at
-    those elements when its outputs were poisoned with the *other* byte: those are its real values equal
-    to the poison. Runs replayed: per poison byte, the two with the most poisoned elements.
+    only suspicious beside what the same kernel (loaded afresh: no state from the timed runs) does when
+    its outputs were poisoned with the *other* byte: its real values equal to the poison, and the elements
+    it never writes (they keep the other byte). Runs replayed: per poison byte, the two with the most
+    poisoned elements.
     """
     failures = []
     for j, (kernel, counts) in enumerate(zip(request.kernels, unwritten, strict=True)):
@@ -256,8 +266,11 @@ def _unwritten_in_timed_runs(
 def _replayed_counts(
     args: ArgumentSet, function: Any, plan: Any, seed: int, poison: int, stream: cupy.cuda.Stream
 ) -> tuple[int, int]:
-    """How many output elements the kernel itself computes as `poison` on the inputs of `seed`, in two runs
-    with the outputs poisoned by the other byte."""
+    """How many output elements would hold `poison` after the kernel itself ran on the inputs of `seed`,
+    in two runs with the outputs poisoned by the other byte: those it computes as `poison`, and those it
+    leaves holding the other byte (elements it never writes, as a kernel covering part of an output
+    does in every run: verification holds it to what the reference writes, and the timed runs to what
+    it does itself)."""
     problem = args.problem
     other = POISON_BYTES[1] if poison == POISON_BYTES[0] else POISON_BYTES[0]
     names = [a.name for a in problem.arguments if a.role == "output"]
@@ -266,7 +279,9 @@ def _replayed_counts(
         args.draw(problem, seed)
         args.poison_outputs(other)
         launch_and_wait(function, plan, args.launch_args(), stream, "replay of a timed run")
-        found.append(int(sum(count_poisoned(args.buffers[n].data, poison) for n in names)))
+        found.append(
+            int(sum(count_poisoned(args.buffers[n].data, b) for n in names for b in (poison, other)))
+        )
     return found[0], found[1]
 
 
@@ -335,40 +350,3 @@ def _implausible(report: TimingReport, problem: Problem) -> CheckFailure | None:
         problem=problem.label,
         kernel=report.label,
     )
-
-
-def compare(
-    baseline: TimingReport, candidate: TimingReport, baseline_ms: list[float], candidate_ms: list[float]
-) -> Comparison:
-    """Faster only when the whole 95% bootstrap interval of the paired ratio lies below 1 − noise."""
-    ratios = np.asarray(candidate_ms) / np.asarray(baseline_ms)
-    resampled = np.random.default_rng(0).integers(0, len(ratios), size=(2000, len(ratios)))
-    low, high = (float(q) for q in np.percentile(np.median(ratios[resampled], axis=1), [2.5, 97.5]))
-    noise = baseline_noise(baseline_ms)
-    threshold = max(noise, MIN_NOISE)
-    faster, slower = high < 1 - threshold, low > 1 + threshold
-    verdict = "faster" if faster else "slower" if slower else "no difference beyond the noise"
-    decision = (
-        f"{len(ratios)} interleaved pairs (order AB/BA alternating, fresh inputs and a flushed L2 before "
-        f"every launch); candidate/baseline time ratio: median {float(np.median(ratios)):.3f}, 95% bootstrap "
-        f"CI [{low:.3f}, {high:.3f}]; baseline noise {noise:.1%} (the largest gap between the medians of "
-        f"its first and second halves and of its odd and even runs); threshold {threshold:.1%}: {verdict}"
-    )
-    return Comparison(
-        baseline=baseline,
-        candidate=candidate,
-        speedup=baseline.median_ms / candidate.median_ms if candidate.median_ms else float("inf"),
-        ratio_ci=(low, high),
-        faster=faster,
-        slower=slower,
-        decision=decision,
-    )
-
-
-def baseline_noise(times: list[float]) -> float:
-    """How far the baseline disagrees with itself: medians of its halves in time, and of odd/even runs."""
-    if len(times) < 4:
-        return 1.0  # too few runs to know: claim nothing
-    half = len(times) // 2
-    pairs = ((times[:half], times[half:]), (times[0::2], times[1::2]))
-    return max(abs(statistics.median(a) / statistics.median(b) - 1) for a, b in pairs)

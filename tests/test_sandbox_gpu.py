@@ -123,6 +123,54 @@ def test_faster_only_beyond_the_noise(sandbox: Sandbox, device: DeviceInfo) -> N
 
 
 @pytest.mark.gpu
+def test_a_clear_verdict_settles_early_and_an_unclear_one_does_not(
+    sandbox: Sandbox, device: DeviceInfo
+) -> None:
+    """A search's screening: a clear difference is settled after a few dozen pairs with the full
+    measurement's verdict; the same kernel against itself runs the whole budget. (The speedups differ more
+    than their intervals say: the H100 took 0.163 for the first 50 pairs of a latency-bound 66-block
+    kernel against 0.139 over 124, its clocks falling as a request goes on; what is shown is confirmed
+    in full, Engine.confirm.)"""
+    stride = compiled((KERNELS / "adversarial" / "legit_grid_stride.cu").read_text(), "scale_add")
+    problem = scale_add_problem(1 << 26)
+    few_blocks = KernelUnderTest(stride, (LaunchPlan((66, 1, 1), (256, 1, 1)),), "66 blocks")
+    full = KernelUnderTest(stride, (scale_add_launch(1 << 26, "grid_stride"),), "1056 blocks")
+    whole = sandbox.time(TimeRequest((few_blocks, full), problem, full, budget_s=0.3))
+    early = sandbox.time(TimeRequest((few_blocks, full), problem, full, budget_s=0.3, settle_early=True))
+    same = sandbox.time(TimeRequest((full, full), problem, full, budget_s=0.3, settle_early=True))
+    for timed in (whole, early, same):
+        assert isinstance(timed, TimingResult) and timed.comparison is not None and not timed.failures, timed
+    assert whole.comparison is not None and early.comparison is not None and same.comparison is not None
+    record(f"66 -> 1056 blocks, whole budget: {whole.comparison.speedup:.3f}; {whole.comparison.decision}")
+    record(f"66 -> 1056 blocks, settled: {early.comparison.speedup:.3f}; {early.comparison.decision}")
+    record(f"same kernel, settling asked: {same.comparison.decision}")
+    assert early.comparison.settled_early and early.comparison.faster and whole.comparison.faster
+    assert early.comparison.candidate.runs < whole.comparison.candidate.runs
+    assert early.comparison.speedup == pytest.approx(whole.comparison.speedup, rel=0.25)
+    assert not same.comparison.settled_early and not same.comparison.faster
+    assert same.comparison.candidate.runs >= whole.comparison.candidate.runs / 2
+
+
+@pytest.mark.gpu
+def test_a_kernel_that_writes_part_of_its_output_in_every_run_passes_the_timed_checks(
+    sandbox: Sandbox, device: DeviceInfo
+) -> None:
+    """An original launched over half its output (as an inferred spec's sizes can make it) leaves the rest
+    unwritten in every run, the replays too: no timed failure, where a kernel that stops writing after
+    many launches still fails (tests/kernels/adversarial/cached_launch_counter.cu)."""
+    n = 1 << 24
+    full = scale_add_launch(n)
+    half = KernelUnderTest(
+        original("scale_add").compiled, (replace(full, grid=(full.grid[0] // 2, 1, 1)),), "half"
+    )
+    problem = scale_add_problem(n, bytes_moved=6 * n)  # half of the 12 bytes an element it would move
+    timed = sandbox.time(TimeRequest((half, half), problem, half, budget_s=0.1))
+    assert isinstance(timed, TimingResult), timed
+    record(f"half the output written every run: {[f.message[:100] for f in timed.failures] or 'no failure'}")
+    assert not timed.failures
+
+
+@pytest.mark.gpu
 def test_a_time_below_the_physical_floor_is_implausible(sandbox: Sandbox, device: DeviceInfo) -> None:
     """A spec that claims 10x the bytes a kernel really moves makes an honest kernel 'impossibly' fast."""
     kernel = replace(original("scale_add"), launches=(scale_add_launch(1 << 26),))
