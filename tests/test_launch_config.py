@@ -112,3 +112,25 @@ def test_a_macro_another_function_reads_is_left_alone(tmp_path: Path) -> None:
     path.write_text(source)
     (target,) = load_targets(path).targets
     assert all("#define THREADS 256" in c.source for c in propose_launch_configs(target))
+
+
+def test_a_side_the_indices_take_from_a_header_is_not_changed(tmp_path: Path) -> None:
+    """`blockIdx.x * ROW_W + threadIdx.x` with ROW_W in a header: the kernel assumes the block's side and
+    never reads blockDim, so another side would leave outputs unwritten (every such candidate failed its
+    verification on the GPU); a side read as blockDim is still tuned."""
+    (tmp_path / "widths.h").write_text("#define ROW_W 32\n#define ROW_H 16\n")
+    path = tmp_path / "difference.cu"
+    path.write_text(
+        '#include "widths.h"\n'
+        "__global__ void difference(float* out, const float* a, const float* b, int width, int pitch,\n"
+        "                           int height)\n{\n"
+        "    const int x = blockIdx.x * ROW_W + threadIdx.x;\n"
+        "    const int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+        "    const int at = y * pitch + x;\n"
+        "    if (x < width && y < height) out[at] = a[at] - b[at];\n}\n"
+    )
+    (target,) = load_targets(path).targets
+    assert target.spec is not None and target.spec.launch.block[0] == 32
+    shapes = [candidate.block for candidate in propose_launch_configs(target)]
+    assert shapes and all(shape[0] == 32 for shape in shapes)
+    assert (32, 4) in shapes and (32, 16) in shapes

@@ -19,6 +19,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
+from cuda_agent.agent.analysis.analyse import analysed
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import replace_span
 from cuda_agent.agent.launch_sites import SitesWritten
@@ -61,10 +62,14 @@ def propose_launch_configs(target: KernelTarget) -> list[Candidate]:
     macro = block_macro(target, _block_size_uses(target)) if tied is None else None
     follows = tied is not None or instantiation_follows_block(target.spec)
     limit = MAX_THREADS if tied is not None else _max_threads(target)
+    # a side the kernel's indices take as a constant and never read: another leaves outputs unwritten
+    assumed = _assumed_sides(target) if macro is None and tied is None else set()
     candidates = []
     for shape in shapes:
         threads = math.prod(shape)
         if shape == current or threads > limit or (macro is not None and not macro.fits(shape)):
+            continue
+        if any(shape[axis] != current[axis] for axis in assumed if axis < len(shape)):
             continue
         was = "×".join(map(str, current))
         description = f"block {'×'.join(map(str, shape))} ({threads} threads; was {was})"
@@ -139,6 +144,27 @@ def block_template_argument(target: KernelTarget) -> BlockArgument | None:
         if int(argument) == block[0]:
             return BlockArgument(parameter.name, position, threads=False, how=how)
     return None
+
+
+def _assumed_sides(target: KernelTarget) -> set[int]:
+    """The block axes whose side the kernel assumes: an index steps blocks along it by something other
+    than blockDim (`blockIdx.x * SUBTRACT_W + threadIdx.x`, the constant in a header the file does not
+    hold) and the body never reads blockDim there."""
+    found = analysed(target)
+    if found is None:
+        return set()
+    tree, facts = found
+    body = tree.text(tree.body).replace(" ", "")
+    assumed = set()
+    for axis, name in enumerate("xyz"):
+        stepped = any(
+            f"blockIdx.{name}" in term and f"blockDim.{name}" not in term
+            for index in facts.indices
+            for term in index.form.terms
+        )
+        if stepped and f"blockDim.{name}" not in body:
+            assumed.add(axis)
+    return assumed
 
 
 def _block_size_uses(target: KernelTarget) -> dict[str, str]:
