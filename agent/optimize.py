@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -267,4 +268,32 @@ def explain(
     lead = "no candidate was faster beyond the measured noise"
     if any(r.sanitizer_rejected for r in results):  # faster ones there were, but none passed the check
         lead = "no faster candidate passed compute-sanitizer"
-    return f"{lead} ({verified} of {len(results)} verified){where}{searched}"
+    none = _none_verified(baseline, results)
+    return f"{lead} ({verified} of {len(results)} verified){none}{where}{searched}"
+
+
+def _none_verified(baseline: Baseline, results: list[CandidateResult]) -> str:
+    """Where no compiled rewrite passed, the check most of them failed; with an inferred spec, what that
+    often means (a launch that leaves rows unwritten, sizes the kernel does not take): the spec, not the
+    rewrites, is the first thing to check."""
+    compiled = [r for r in results if r.compile.ok]
+    if len(compiled) < 2 or any(r.verified for r in compiled):
+        return ""
+    check, count = Counter(_failed_check(r) for r in compiled).most_common(1)[0]
+    said = f"; none of the {len(compiled)} rewrites that compiled passed its checks ({count} failed {check})"
+    if baseline.spec is not None and baseline.spec.inferred:
+        said += (
+            ": its spec was inferred, and one that does not launch or size the kernel as its program does "
+            "fails every rewrite; check it, or write one"
+        )
+    return said
+
+
+def _failed_check(result: CandidateResult) -> str:
+    if result.error is not None:
+        return result.error.kind
+    if result.verification is not None and result.verification.failures:
+        return result.verification.failures[0].check
+    if result.comparison is not None and result.comparison.timed_output_failures:
+        return result.comparison.timed_output_failures[0].check
+    return result.status

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,13 @@ from cuda_agent.agent.search import (
 )
 from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
-from cuda_agent.sandbox.reports import Comparison, CompileResult, TimingReport, VerificationReport
+from cuda_agent.sandbox.reports import (
+    CheckFailure,
+    Comparison,
+    CompileResult,
+    TimingReport,
+    VerificationReport,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_MS = 1.0
@@ -309,3 +316,30 @@ def test_when_nothing_helps_the_explanation_names_the_bound_and_the_figures(
                           roofline_fraction=fraction, bound=bound, ceiling=ceiling)  # fmt: skip
     baseline = Baseline(None, None, (), None, CompileResult(True, None), timing=timing)  # type: ignore[arg-type]
     assert said in explain(baseline, [], None)
+
+
+def test_when_no_rewrite_verifies_the_explanation_points_at_an_inferred_spec() -> None:
+    """Every rewrite of a kernel whose inferred launch left rows unwritten failed the same check, which
+    read as 'no gain': the explanation names the check and, the spec being inferred, says to check it."""
+    candidates = propose_launch_configs(scale_add())[:3]
+    unwritten = VerificationReport(
+        passed=False,
+        failures=(CheckFailure("unwritten", "out: 4194304 of 16777216 elements were never written"),),
+    )
+    results = [CandidateResult(c, CompileResult(True, None), unwritten) for c in candidates]
+    timing = TimingReport("original", 0.068, 0.067, 0.069, 500)
+
+    def baseline(inferred: bool) -> Baseline:
+        spec = replace(scale_add().spec, inferred=inferred)  # type: ignore[type-var]
+        return Baseline(None, spec, (), None, CompileResult(True, None), timing=timing)  # type: ignore[arg-type]
+
+    said = explain(baseline(inferred=True), results, None)
+    assert (
+        "(0 of 3 verified); none of the 3 rewrites that compiled passed its checks (3 failed unwritten)"
+        in said
+    )
+    assert "its spec was inferred" in said
+    assert "inferred" not in explain(baseline(inferred=False), results, None)
+    # one that verified (slower, say): nothing to point at
+    passed = replace(results[0], verification=VerificationReport(passed=True))
+    assert "none of the" not in explain(baseline(inferred=True), [passed, *results[1:]], None)
