@@ -125,20 +125,7 @@ def test_softmax_example_keeps_its_three_passes() -> None:
     assert candidate.source.count("c += 32") == 3 and candidate.source.count("__shfl_xor_sync") == 2
 
 
-LINE_OF_BLOCKS_SOFTMAX = """
-__global__ void row_softmax(int cols, int rows, float* in, float scale, float* out)
-{
-    int r = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    int k;
-    float top = -INFINITY, total = 0;
-    for (k = 0; k < cols; ++k) {
-        int v = in[k + r * cols];
-        top = (v > top) ? v : top;
-    }
-    for (k = 0; k < cols; ++k) total += exp(in[k + r * cols] / scale - top / scale);
-    for (k = 0; k < cols; ++k) out[k + r * cols] = exp(in[k + r * cols] / scale - top) / total;
-}"""
+LINE_OF_BLOCKS_SOFTMAX = (ROOT / "tests" / "kernels" / "line_of_blocks_softmax.cu").read_text()
 
 
 @needs_compiler

@@ -937,19 +937,7 @@ def test_a_value_read_through_the_index_is_data_not_an_index() -> None:
     """A thread per row written with a line of blocks, the loop variable declared before its loops and the
     row's values held in locals (`int v = in[...]`, as first drafts do): the locals read from memory are
     data, so the row count alone bounds the threads (it was read as rows x cols threads, flattened)."""
-    spec = inferred("""
-        __global__ void row_softmax(int cols, int rows, float* in, float scale, float* out) {
-            int r = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
-            if (r >= rows) return;
-            int k;
-            float top = -INFINITY, total = 0;
-            for (k = 0; k < cols; ++k) {
-                int v = in[k + r * cols];
-                top = (v > top) ? v : top;
-            }
-            for (k = 0; k < cols; ++k) total += exp(in[k + r * cols] / scale - top / scale);
-            for (k = 0; k < cols; ++k) out[k + r * cols] = exp(in[k + r * cols] / scale - top) / total;
-        }""")
+    spec = inferred((ROOT / "tests" / "kernels" / "line_of_blocks_softmax.cu").read_text())
     assert spec.inference_note.startswith("spec inferred from the one-thread-per-row pattern")
     assert spec.launch.grid == ("ceil_div(rows, block.x)",)
     assert roles(spec)["in"] == ("input", ("rows", "cols")) and roles(spec)["out"] == (

@@ -1109,17 +1109,7 @@ class BodyAnalysis:
                 continue
             if not any(self._block_number(node) for node in walk(value)):
                 continue  # built from other indices (`p = y * width + x`) or sizes (`col += nx`): theirs
-            roots = self._roots(value)
-            if "blockDim" in roots:
-                steps.add(BLOCK_DIM)
-                continue
-            factors = {
-                _text(unwrapped(other))
-                for node in walk(value)
-                for side, other in _product_operands(node)
-                if self._block_number(unwrapped(side))
-            }
-            numbers = {self._constant(factor) for factor in factors}
+            numbers = self._block_steps(value)
             if len(numbers) != 1 or None in numbers:
                 return None
             steps |= numbers
@@ -1138,20 +1128,23 @@ class BodyAnalysis:
         for axis, indices in self.index_axes.items():
             found: set[int | None] = set()
             for name, value in self.definitions:
-                if name not in indices or not any(self._block_number(node) for node in walk(value)):
-                    continue
-                if "blockDim" in self._roots(value):
-                    found.add(BLOCK_DIM)
-                    continue
-                found |= {
-                    self._constant(_text(unwrapped(other)))
-                    for node in walk(value)
-                    for side, other in _product_operands(node)
-                    if self._block_number(unwrapped(side))
-                } or {None}
+                if name in indices and any(self._block_number(node) for node in walk(value)):
+                    found |= self._block_steps(value)
             if found:
                 steps[axis] = found.pop() if len(found) == 1 else None
         return steps
+
+    def _block_steps(self, value: Node) -> set[int | None]:
+        """What an index's definition steps block numbers by: {BLOCK_DIM} when it reads blockDim, else the
+        constants multiplying block numbers (None for a factor that is no constant, or for none at all)."""
+        if "blockDim" in self._roots(value):
+            return {BLOCK_DIM}
+        return {
+            self._constant(_text(unwrapped(other)))
+            for node in walk(value)
+            for side, other in _product_operands(node)
+            if self._block_number(unwrapped(side))
+        } or {None}
 
     def strides_a_tile(self, tile: int) -> bool:
         """Whether a loop steps through the tile by a smaller constant (`for (j = 0; j < TILE; j +=
