@@ -119,15 +119,15 @@ def test_a_side_the_indices_take_from_a_header_is_not_changed(tmp_path: Path) ->
     never reads blockDim, so another side would leave outputs unwritten (every such candidate failed its
     verification on the GPU); a side read as blockDim is still tuned."""
     (tmp_path / "widths.h").write_text("#define ROW_W 32\n#define ROW_H 16\n")
-    path = tmp_path / "difference.cu"
+    path = tmp_path / "blend.cu"
     path.write_text(
         '#include "widths.h"\n'
-        "__global__ void difference(float* out, const float* a, const float* b, int width, int pitch,\n"
-        "                           int height)\n{\n"
+        "__global__ void blend(const float* top, const float* bottom, float alpha, float* mixed,\n"
+        "                      int height, int width, int pitch)\n{\n"
         "    const int x = blockIdx.x * ROW_W + threadIdx.x;\n"
         "    const int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
         "    const int at = y * pitch + x;\n"
-        "    if (x < width && y < height) out[at] = a[at] - b[at];\n}\n"
+        "    if (y < height && x < width) mixed[at] = alpha * top[at] + (1.0f - alpha) * bottom[at];\n}\n"
     )
     (target,) = load_targets(path).targets
     assert target.spec is not None and target.spec.launch.block[0] == 32

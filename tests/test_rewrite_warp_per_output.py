@@ -125,14 +125,14 @@ def test_softmax_example_keeps_its_three_passes() -> None:
     assert candidate.source.count("c += 32") == 3 and candidate.source.count("__shfl_xor_sync") == 2
 
 
-LINE_OF_BLOCKS_SOFTMAX = (ROOT / "tests" / "kernels" / "line_of_blocks_softmax.cu").read_text()
+LINE_OF_BLOCKS_ROW_NORM = (ROOT / "tests" / "kernels" / "line_of_blocks_row_norm.cu").read_text()
 
 
 @needs_compiler
 def test_a_thread_per_row_on_a_line_of_blocks_becomes_a_warp_per_row() -> None:
     """`(blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x` under the spec's 1-D grid is the
     1-D index (blockIdx.y is 0 there): darknet's and Caffe's spelling gets the rewrites a plain index does."""
-    target = _target(LINE_OF_BLOCKS_SOFTMAX, "row_softmax")
+    target = _target(LINE_OF_BLOCKS_ROW_NORM, "row_unit_norm")
     assert target.spec is not None and target.spec.launch.grid == ("ceil_div(rows, block.x)",)
     candidate = check(target)[0]
     assert candidate.source.count("k += 32") == 3 and candidate.source.count("__shfl_xor_sync") == 2
@@ -146,13 +146,13 @@ cols = 1024
 cols = { role = "scalar", dtype = "int32", value = "cols" }
 rows = { role = "scalar", dtype = "int32", value = "rows" }
 in = { role = "input", dtype = "float32", shape = ["rows", "cols"] }
-scale = { role = "scalar", dtype = "float32", value = "1.5" }
+floor_value = { role = "scalar", dtype = "float32", value = "0.001" }
 out = { role = "output", dtype = "float32", shape = ["rows", "cols"] }
 [launch]
 block = [256]
 grid = ["8", "2"]
 */"""
-    two_d = _target(spec + LINE_OF_BLOCKS_SOFTMAX, "row_softmax")
+    two_d = _target(spec + LINE_OF_BLOCKS_ROW_NORM, "row_unit_norm")
     assert propose(two_d) == []
 
 

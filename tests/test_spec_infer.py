@@ -901,12 +901,12 @@ def test_an_index_that_steps_blocks_by_a_constant_gets_that_block() -> None:
     two_d = inferred("""
         #define TILE_W 32
         #define TILE_H 16
-        __global__ void difference(float* out, const float* a, const float* b, int width, int pitch,
-                                   int height) {
+        __global__ void blend(const float* top, const float* bottom, float alpha, float* mixed, int height,
+                              int width, int pitch) {
             const int x = blockIdx.x * TILE_W + threadIdx.x;
             const int y = blockIdx.y * TILE_H + threadIdx.y;
             const int at = x + y * pitch;
-            if (x < width && y < height) out[at] = a[at] - b[at];
+            if (y < height && x < width) mixed[at] = alpha * top[at] + (1.0f - alpha) * bottom[at];
         }""")
     assert (two_d.launch.block, two_d.launch.grid) == (
         (32, 16),
@@ -935,9 +935,10 @@ def test_steps_of_blockdim_or_a_tile_strided_by_rows_keep_the_layouts_block() ->
 
 def test_a_value_read_through_the_index_is_data_not_an_index() -> None:
     """A thread per row written with a line of blocks, the loop variable declared before its loops and the
-    row's values held in locals (`int v = in[...]`, as first drafts do): the locals read from memory are
-    data, so the row count alone bounds the threads (it was read as rows x cols threads, flattened)."""
-    spec = inferred((ROOT / "tests" / "kernels" / "line_of_blocks_softmax.cu").read_text())
+    row's values held in locals (`float magnitude = fabsf(in[...])`, as first drafts do): the locals read
+    from memory are data, so the row count alone bounds the threads (it was read as rows x cols threads,
+    flattened)."""
+    spec = inferred((ROOT / "tests" / "kernels" / "line_of_blocks_row_norm.cu").read_text())
     assert spec.inference_note.startswith("spec inferred from the one-thread-per-row pattern")
     assert spec.launch.grid == ("ceil_div(rows, block.x)",)
     assert roles(spec)["in"] == ("input", ("rows", "cols")) and roles(spec)["out"] == (
