@@ -296,3 +296,20 @@ def test_a_deep_expression_does_not_take_the_analysis_down() -> None:
     tree = kernel_tree(target)
     if tree is not None:
         analyse(tree)  # returns facts or None, never raises
+
+
+def test_an_index_taken_apart_in_place_has_its_value_at_each_statement() -> None:
+    facts = facts_of("""
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    int c = i % cols;
+    i /= cols;
+    y[i * cols + c] = x[i * cols + c];""")
+    assert loads(facts) == ["blockDim.x*blockIdx.x + threadIdx.x"]
+    assert facts.guard is not None and facts.guard.bounds[0].bound.text() == "cols*rows"
+    # assigned in a loop, its value depends on the iteration: not followed
+    looped = facts_of("""
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int k = 0; k < 2; k++) { i /= cols; }
+    y[i] = x[i];""")
+    assert loads(looped) != ["blockDim.x*blockIdx.x + threadIdx.x"]

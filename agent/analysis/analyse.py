@@ -105,6 +105,7 @@ class _Walker:
             fixed=fixed_by_launch(spec.launch.grid) if spec is not None else {},
         )
         self.mutable = assigned_names(self.tree.body)
+        self.sequential = sequential_locals(self.tree.body, self.mutable)
 
     def run(self) -> KernelFacts:
         guard = self._guard()
@@ -127,6 +128,7 @@ class _Walker:
             atomics=self.atomics,
             thread_uses=thread_uses,
             unmodelled=tuple(self.unmodelled),
+            atoms=self.atoms,
         )
 
     # -- statements ------------------------------------------------------------------------------------
@@ -146,7 +148,11 @@ class _Walker:
             self._declaration(node)
         elif kind == "expression_statement":
             for child in node.named_children:
+                top = not self.stack and node.parent == self.tree.body
+                updated = _sequential_update(child, self.values, self.sequential) if top else None
                 self._effects(child)
+                if updated is not None:
+                    self.values.bindings[updated[0]] = updated[1]
         elif kind == "if_statement":
             condition = node.child_by_field_name("condition")
             if condition is not None:
@@ -205,9 +211,10 @@ class _Walker:
                     self.values.bindings[name] = place
                 continue
             form = self._effects(value)
-            if name not in self.mutable and not self.stack:
+            if (name not in self.mutable or name in self.sequential) and not self.stack:
                 self.values.bindings[name] = form
-                if self.atoms.roots(form) & THREAD_ATOMS and _is_index_type(node):
+                index = self.atoms.roots(form) & THREAD_ATOMS and _is_index_type(node)
+                if index and name not in self.mutable:
                     direct = any(text(n).replace(" ", "") in THREAD_ATOMS for n in _nodes(value))
                     self.indices.append(ThreadIndex(name, form, _axis(form), node, direct))
             elif name not in self.mutable:
@@ -346,15 +353,23 @@ class _Walker:
         """The first top-level if that bounds the thread indices; evaluated after the declarations above
         it (a pre-pass over them, so the bound forms use their values)."""
         statements = [s for s in self.tree.body.named_children if s.type != "comment"]
-        probe = Values(self.atoms, self.values.definitions, self.values.pointers)
+        probe = Values(self.atoms, self.values.definitions, self.values.pointers, fixed=self.values.fixed)
         for position, statement in enumerate(statements):
             if statement.type == "declaration":
                 for declarator in statement.children_by_field_name("declarator"):
                     target = declarator.child_by_field_name("declarator")
                     value = declarator.child_by_field_name("value")
-                    plain = declarator.type == "init_declarator" and target is not None and value is not None
-                    if plain and target.type == "identifier" and text(target) not in self.mutable:
+                    if declarator.type != "init_declarator" or target is None or value is None:
+                        continue
+                    if target.type != "identifier":
+                        continue
+                    if text(target) not in self.mutable or text(target) in self.sequential:
                         probe.bindings[text(target)] = probe.form(value)
+                continue
+            if statement.type == "expression_statement":
+                for child in statement.named_children:
+                    if (updated := _sequential_update(child, probe, self.sequential)) is not None:
+                        probe.bindings[updated[0]] = updated[1]
                 continue
             if statement.type != "if_statement" or statement.child_by_field_name("alternative") is not None:
                 continue
@@ -393,6 +408,52 @@ def assigned_names(body: Node) -> set[str]:
             if target.type == "identifier":
                 names.add(text(target))
     return names
+
+
+def sequential_locals(body: Node, assigned: set[str]) -> set[str]:
+    """Locals declared at the top of the body whose every later assignment is a statement of its own at
+    the top too (`id /= w;`: darknet's and Caffe's way of taking a flat index apart): their value is known
+    at each point, in source order."""
+    top = [s for s in body.named_children if s.type != "comment"]
+    declared = {
+        text(target)
+        for statement in top
+        if statement.type == "declaration"
+        for declarator in statement.children_by_field_name("declarator")
+        if declarator.type == "init_declarator"
+        and (target := declarator.child_by_field_name("declarator")) is not None
+        and target.type == "identifier"
+    }
+    candidates = assigned & declared
+    for node in _nodes(body):
+        field_name = {"assignment_expression": "left", "update_expression": "argument"}.get(node.type)
+        target = node.child_by_field_name(field_name) if field_name else None
+        if target is None or text(unwrap(target)) not in candidates:
+            continue
+        statement = node.parent
+        if statement is None or statement.type != "expression_statement" or statement.parent != body:
+            candidates.discard(text(unwrap(target)))
+    return candidates
+
+
+def _sequential_update(node: Node, values: Values, sequential: set[str]) -> tuple[str, Form] | None:
+    """(name, its new value) for a top-level `id /= w;`, `id = id / w;` or `id++;` of a sequential local."""
+    node = unwrap(node)
+    if node.type == "update_expression":
+        argument, operator = node.child_by_field_name("argument"), node.child_by_field_name("operator")
+        if argument is None or operator is None or text(unwrap(argument)) not in sequential:
+            return None
+        step = Form.constant(1 if operator.type == "++" else -1)
+        return text(unwrap(argument)), values.form(unwrap(argument)) + step
+    if node.type != "assignment_expression":
+        return None
+    left, operator, right = (node.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or operator is None or right is None or text(unwrap(left)) not in sequential:
+        return None
+    value = values.form(right)
+    if operator.type != "=":
+        value = values.combined(operator.type[:-1], values.form(unwrap(left)), value)
+    return text(unwrap(left)), value
 
 
 def _declared_in(node: Node) -> set[str]:
@@ -549,7 +610,7 @@ def _bounds(condition: Node, negated: bool, values: Values) -> tuple[list[GuardB
                 and o.type in ("+", "-", "*", "/", "%")
             )
             written = f"{written} + 1" if simple else f"({written}) + 1"
-        found.append(GuardBound(text(index), bound, written))
+        found.append(GuardBound(text(index), bound, written, values.form(index)))
     return found, others
 
 

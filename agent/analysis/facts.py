@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from cuda_agent.agent.analysis.forms import LANE, Form
+from cuda_agent.agent.analysis.forms import LANE, Atoms, Form
 from tree_sitter import Node
 
 # The combines a reduction can have; the first six are what the warp rewrites know how to finish.
@@ -36,6 +36,7 @@ class GuardBound:
     index: str
     bound: Form
     bound_text: str  # in the user's spelling, exclusive
+    index_form: Form | None = None  # the index's value at the check
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,8 @@ class KernelFacts:
     # Loads and stores it could not place (2-D arrays, shared or local arrays, pointers it lost track of):
     # a rewrite that moves work between threads or iterations must not apply while any remains.
     unmodelled: tuple[Node, ...] = ()
+    # The opaque atoms of the forms above (divisions, remainders, loads): what each stands for.
+    atoms: Atoms = field(default_factory=Atoms, compare=False, repr=False)
 
     def accesses_in(self, loop: Loop) -> list[Access]:
         """The accesses inside the loop (its inner loops' included)."""

@@ -113,6 +113,8 @@ class Atoms:
     depends: dict[str, frozenset[str]] = field(default_factory=dict)
     # division atom -> (numerator, denominator, the matching remainder atom), for `recombine`
     splits: dict[str, tuple[Form, Form, str]] = field(default_factory=dict)
+    # division and remainder atoms -> ("/" or "%", numerator, denominator), for ranges (reach.py)
+    operations: dict[str, tuple[str, Form, Form]] = field(default_factory=dict)
 
     def opaque(self, key: str, inputs: Iterable[Form], memory: bool = False) -> Form:
         """One atom for a value the algebra does not model, keyed by its canonical text."""
@@ -158,6 +160,7 @@ def quotient(numerator: Form, denominator: Form, atoms: Atoms) -> Form:
         return Form({m: c // d for m, c in numerator.terms.items()})
     key = f"({numerator.text()}) / ({denominator.text()})"
     atoms.splits[f"⟨{key}⟩"] = (numerator, denominator, f"⟨({numerator.text()}) % ({denominator.text()})⟩")
+    atoms.operations[f"⟨{key}⟩"] = ("/", numerator, denominator)
     return atoms.opaque(key, (numerator, denominator))
 
 
@@ -165,7 +168,9 @@ def remainder(numerator: Form, denominator: Form, atoms: Atoms) -> Form:
     d = denominator.value()
     if d is not None and d != 0 and all(c % d == 0 for c in numerator.terms.values()):
         return Form()
-    return atoms.opaque(f"({numerator.text()}) % ({denominator.text()})", (numerator, denominator))
+    key = f"({numerator.text()}) % ({denominator.text()})"
+    atoms.operations[f"⟨{key}⟩"] = ("%", numerator, denominator)
+    return atoms.opaque(key, (numerator, denominator))
 
 
 def recombine(form: Form, atoms: Atoms) -> Form:

@@ -261,8 +261,10 @@ class Values:
         left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
         if operator is None or left is None or right is None:
             return self.atoms.opaque(text(node), ())
-        a, b = self.form(left, scope), self.form(right, scope)
-        op = operator.type
+        return self.combined(operator.type, self.form(left, scope), self.form(right, scope))
+
+    def combined(self, op: str, a: Form, b: Form) -> Form:
+        """`a op b` for a binary operator's text (`id /= w` is `combined("/", id, w)`)."""
         if op == "+":
             return recombine(a + b, self.atoms)
         if op == "-":

@@ -1,0 +1,246 @@
+"""How far a kernel's accesses reach, as expressions of its integer parameters: the range analysis that
+sizes the buffers of an inferred spec whose indices are products and pieces of several sizes.
+
+Every atom of an access's offset gets a range: the guarded global index [0, bound), a loop variable
+[start, bound), a piece of either (`(i / spatial) % filters`: [0, filters); `i / spatial`: [0, (bound - 1)
+// spatial]), a parameter itself. A polynomial in atoms that are never negative is largest with each atom
+at its top where its term adds and at its bottom where it subtracts. The bound is safe (never below what
+is reached, so the original never reads past a buffer sized by it) and exact for the affine indices
+kernels use: `delta[j*filters*spatial + i*spatial + k]` over j < batch, i < filters, k < spatial reaches
+batch*filters*spatial elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cuda_agent.agent.analysis.facts import KernelFacts, Loop
+from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Form, exact_quotient
+from cuda_agent.agent.analysis.values import text
+
+GLOBAL = "⟨global index⟩"  # the atom the global x index is rewritten to
+_G = Form.atom("blockIdx.x") * Form.atom("blockDim.x") + Form.atom("threadIdx.x")
+_NEVER_NEGATIVE_BUILTINS = frozenset({"threadIdx.x", "blockIdx.x", "blockDim.x", "gridDim.x"})
+
+
+@dataclass(frozen=True)
+class Span:
+    """The smallest and the largest value of a form; None where unknown (a builtin's top)."""
+
+    low: Form
+    high: Form | None
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What one kernel's accesses reach: the threads' count and, per buffer, the lowest offsets and the
+    elements needed (the largest offset + 1), as forms of the integer parameters whose `text()` is a spec
+    expression (a division atom is named by its expression, `((n - 1) // spatial)`)."""
+
+    threads: Form  # the global index's bound: the threads that get past the guard
+    lowest: dict[str, list[Form]]  # per buffer, one per distinct access form
+    needed: dict[str, list[Form]]  # likewise; a spec's shape is their max
+    work: list[Form]  # per access, the loop iterations one thread runs to reach it, at most
+
+
+def reach(facts: KernelFacts, sizes: frozenset[str]) -> Reach | str:
+    """The reach of a 1-D kernel whose global x index is bounded by its guard (or by a grid-stride loop's
+    condition), in terms of `sizes` (its integer parameters); why not, for any other kernel."""
+    ranges = _Ranges(facts, sizes)
+    threads = ranges.threads()
+    if isinstance(threads, str):
+        return threads
+    lowest: dict[str, list[Form]] = {}
+    needed: dict[str, list[Form]] = {}
+    work: list[Form] = []
+    for access in facts.accesses:
+        span = ranges.span(access.offset)
+        if isinstance(span, str) or span.high is None:
+            why = span if isinstance(span, str) else "no largest index"
+            return f"{why} in {text(access.node)}"
+        for found, form in ((lowest, span.low), (needed, span.high + Form.constant(1))):
+            if form not in found.setdefault(access.array, []):
+                found[access.array].append(form)
+        trips = ranges.trips(access.loops)
+        if isinstance(trips, str):
+            return trips
+        work.append(trips)
+    return Reach(threads, lowest, needed, work)
+
+
+def evaluate_form(form: Form, values: Mapping[str, int]) -> int:
+    """The form's value with `values` for the parameters (division atoms evaluated too)."""
+    from cuda_agent.agent.spec.expressions import evaluate  # the spec reads the analysis: no cycle at import
+
+    return evaluate(form.text(), values)
+
+
+class _Ranges:
+    def __init__(self, facts: KernelFacts, sizes: frozenset[str]) -> None:
+        self.facts, self.sizes, self.atoms = facts, sizes, facts.atoms
+        self.loops: dict[str, list[Loop]] = {}
+        for loop in facts.loops:
+            self.loops.setdefault(loop.variable, []).append(loop)
+        self.bound: Form | None = None  # the global index's, once threads() found it
+        self.global_form = _G
+
+    def threads(self) -> Form | str:
+        """The bound of the global index: its guard's (`if (i >= n) return;`, also a piece of it:
+        `if (i / w >= h)` bounds i by h * w), else a grid-stride loop's condition."""
+        guard = self.facts.guard
+        for bound in guard.bounds if guard is not None else ():
+            form = bound.index_form
+            if form is None or not bound.bound.atoms() <= self.sizes:
+                continue
+            if _is_global(form):
+                self.global_form, self.bound = form, bound.bound
+                return self.bound
+            (atom,) = form.atoms() if len(form.atoms()) == 1 else ("",)
+            op, numerator, denominator = self.atoms.operations.get(atom, ("", Form(), Form()))
+            whole = form == Form.atom(atom) and op == "/" and _is_global(numerator)
+            if whole and denominator.atoms() <= self.sizes:
+                self.global_form, self.bound = numerator, bound.bound * denominator
+                return self.bound
+        for loop in self.facts.loops:
+            strides_grid = loop.step == Form.atom("blockDim.x") * Form.atom("gridDim.x")
+            sized = loop.bound.atoms() <= self.sizes
+            if loop.depth == 0 and _is_global(loop.start) and strides_grid and sized:
+                self.global_form, self.bound = loop.start, loop.bound
+                return self.bound
+        return "no bound on the global index (an `if (i < n)` guard or a grid-stride loop over n)"
+
+    def span(self, form: Form) -> Span | str:
+        low, high = Form(), Form()
+        form = self._global(form)
+        for monomial, coefficient in form.terms.items():
+            spans = []
+            for atom in monomial:
+                span = self._atom(atom)
+                if isinstance(span, str):
+                    return span
+                spans.append(span)
+            if len(spans) == 1:
+                bottom, top = spans[0].low, spans[0].high
+            elif all(_never_negative(s.low) for s in spans):
+                bottom, top = Form.constant(1), Form.constant(1)
+                for s in spans:
+                    bottom = bottom * s.low
+                    top = top * s.high if top is not None and s.high is not None else None
+            else:
+                return "a product of values that may be negative"
+            scale = Form.constant(coefficient)
+            if coefficient < 0:
+                bottom, top = top, bottom
+            if bottom is None:
+                return "no smallest index"
+            low = low + scale * bottom
+            high = high + scale * top if high is not None and top is not None else None
+        return Span(low, high)
+
+    def trips(self, variables: tuple[str, ...]) -> Form | str:
+        """The iterations one thread runs of the loops named (nested), at most."""
+        total = Form.constant(1)
+        for variable in variables:
+            loops = self.loops.get(variable)
+            if not loops or variable == "?":
+                return "a loop whose iterations are not counted"
+            span = self._atom(variable)
+            if isinstance(span, str) or span.high is None:
+                return f"loop {variable}: no trip count"
+            step = loops[0].step.value()
+            total = total * (span.high - span.low + Form.constant(1))
+            if step is not None and step > 1:
+                return total  # a strided loop runs fewer: an estimate is enough for sizing
+        return total
+
+    def _global(self, form: Form) -> Form:
+        """The form with `c * (blockIdx.x * blockDim.x + threadIdx.x)` as c times the global index."""
+        if self.bound is None:
+            return form
+        weight = form.coefficient("threadIdx.x")
+        if weight is None or not weight.atoms() <= self.sizes:
+            return form
+        rest = form - weight * self.global_form
+        if "threadIdx.x" in rest.atoms() or "blockIdx.x" in rest.atoms():
+            return form
+        return rest + weight * Form.atom(GLOBAL)
+
+    def _atom(self, atom: str) -> Span | str:
+        if atom == GLOBAL:
+            assert self.bound is not None
+            return Span(Form(), self.bound - Form.constant(1))
+        if atom in self.sizes:
+            return Span(Form.atom(atom), Form.atom(atom))
+        if atom in _NEVER_NEGATIVE_BUILTINS:
+            return Span(Form(), None)
+        if atom in THREAD_ATOMS:
+            return f"{atom}: the kernel is not 1-D"
+        if atom in self.loops:
+            return self._loop(atom)
+        operation = self.atoms.operations.get(atom)
+        if operation is not None:
+            return self._operation(*operation)
+        if "memory" in self.atoms.depends.get(atom, frozenset()):
+            return "an index read from memory"
+        return f"{atom.strip('⟨⟩')}: a value the analysis does not model"
+
+    def _loop(self, variable: str) -> Span | str:
+        spans: list[Span] = []
+        for loop in self.loops[variable]:
+            step = loop.step.value()
+            if step is not None and step <= 0:
+                return f"loop {variable}: counts down"
+            start, bound = self.span(loop.start), self.span(loop.bound)
+            if isinstance(start, str):
+                return start
+            if isinstance(bound, str):
+                return bound
+            top = bound.high - Form.constant(1) if bound.high is not None else None
+            spans.append(Span(start.low, top))
+        if any(s != spans[0] for s in spans[1:]):
+            return f"loop {variable}: counted over different ranges in different places"
+        return spans[0]
+
+    def _operation(self, op: str, numerator: Form, denominator: Form) -> Span | str:
+        if not denominator.atoms() <= self.sizes or (denominator.value() or 1) <= 0:
+            return "a division by a value that is not a size"
+        span = self.span(numerator)
+        if isinstance(span, str):
+            return span
+        if not _never_negative(span.low):
+            return "a division of a value that may be negative"
+        if op == "%":
+            return Span(Form(), denominator - Form.constant(1))
+        if span.high is None:
+            return Span(Form(), None)
+        whole = _exact_division(span.high + Form.constant(1), denominator)
+        if whole is not None:  # (a*d - 1) // d is a - 1
+            return Span(Form(), whole - Form.constant(1))
+        return Span(Form(), Form.atom(f"(({span.high.text()}) // ({denominator.text()}))"))
+
+
+def _exact_division(numerator: Form, denominator: Form) -> Form | None:
+    """`numerator / denominator` where it divides exactly: by a single term, or a quotient that is one or
+    two of the numerator's atoms (`N*K*(H - 2)*(W - 2)` over `K*(H - 2)*(W - 2)`, expanded, is N)."""
+    whole = exact_quotient(numerator, denominator)
+    if whole is not None:
+        return whole
+    atoms = sorted(numerator.atoms() - {GLOBAL})
+    candidates = [Form.atom(a) for a in atoms]
+    candidates += [Form.atom(a) * Form.atom(b) for i, a in enumerate(atoms) for b in atoms[i:]]
+    return next((q for q in candidates if denominator * q == numerator), None)
+
+
+def _is_global(form: Form) -> bool:
+    """`blockIdx.x * blockDim.x + threadIdx.x`, or with a constant for blockDim.x (`128 * blockIdx.x +
+    threadIdx.x`: the spec's block is then that constant)."""
+    if form == _G:
+        return True
+    step = (form - Form.atom("threadIdx.x")).coefficient("blockIdx.x")
+    rest = form - Form.atom("threadIdx.x") - (step or Form()) * Form.atom("blockIdx.x")
+    return step is not None and (step.value() or 0) > 0 and not rest.terms
+
+
+def _never_negative(form: Form) -> bool:
+    return all(c > 0 for c in form.terms.values())
