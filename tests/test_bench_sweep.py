@@ -16,10 +16,10 @@ def folder(tmp_path: Path) -> Path:
     (tmp_path / "sumsq.cu").write_text(
         (ROOT / "bench" / "kernels" / "outside" / "sumsq_blocks.cu").read_text()
     )
-    # no spec can be inferred: three sizes and no program
+    # no spec can be inferred: three sizes, and a buffer read where another says
     (tmp_path / "mix.cu").write_text(
-        "__global__ void mix(const float* a, float* b, int p, int q, int r) {\n"
-        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < p * q * r) b[i] = a[i];\n}\n"
+        "__global__ void mix(const float* a, const int* at, float* b, int p, int q, int r) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < p * q * r) b[i] = a[at[i]];\n}\n"
     )
     return tmp_path
 
@@ -28,7 +28,7 @@ def test_the_sweep_counts_specs_offers_and_the_reasons_for_no_spec(tmp_path: Pat
     found = sweep([folder(tmp_path)])
     assert (found.kernels, found.with_spec, found.offered) == (2, 1, 1)
     assert found.by_proposer["rewrite:block-to-loop"] == 1 and not found.raised
-    assert list(found.no_spec) == ["expected one integer size (n) or two (rows, cols)"]
+    assert list(found.no_spec) == ["an index read from memory in a[at[i]]"]
 
 
 @needs_compiler

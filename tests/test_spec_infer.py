@@ -426,7 +426,7 @@ ELEMENT_WISE_BODY = "{ int i = blockIdx.x * blockDim.x + threadIdx.x; y[i] = x[i
     [
         (
             "__global__ void mm(const float* a, float* c, int M, int N, int K) { c[0] = a[0]; }",
-            "expected one integer size (n) or two (rows, cols); found 3 (M, N, K)",
+            "no bound on the global index",
         ),
         ("__global__ void k(const float* x, float* y) " + ELEMENT_WISE_BODY, "found 0"),
         (

@@ -40,6 +40,7 @@ from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases,
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
 from cuda_agent.agent.spec.render import CHECK_ADVICE
+from cuda_agent.agent.spec.several_sizes import several_sizes
 from cuda_agent.agent.spec.validate import is_size_name
 from tree_sitter import Node, Tree
 
@@ -80,6 +81,7 @@ class _Use:
     subscripts: list[tuple[str, Node]] = field(default_factory=list)
     moved: bool = False  # also reached by arithmetic on it (`p + i`, `*(p + 2 * i)`)
     mentions: set[str] = field(default_factory=set)  # identifiers in its index expressions
+    passed: bool = False  # handed to a function other than an atomic (`softmax_device(n, x + b * n)`)
 
 
 def infer_spec(
@@ -135,6 +137,9 @@ def infer_spec(
         layout = _layout_1d(names[0], analysis) if len(names) == 1 else _layout_2d(names, analysis, ordered)
         if not isinstance(layout, str):  # compiled for these sizes: run and verified at them alone
             layout = replace(layout, sizes=dict(fixed), verify=dict(fixed), summary=_fixed_summary(fixed))
+    elif len(int_scalars) >= 3 and not analysis.uses_y:
+        sizes = [p for p, _ in int_scalars]
+        layout = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis)
     else:
         names = ", ".join(parameter.name for parameter, _ in int_scalars) or "none"
         return None, f"expected one integer size (n) or two (rows, cols); found {len(int_scalars)} ({names})"
@@ -168,7 +173,7 @@ _Typed = list[tuple[Parameter, str]]
 
 
 def _reduction(
-    layout: _Layout, accumulators: bool, summed_over: set[str] | None, size_of: Mapping[str, str]
+    layout: Layout, accumulators: bool, summed_over: set[str] | None, size_of: Mapping[str, str]
 ) -> str | None:
     """How many terms each output sums, to scale the tolerances that rewrites reordering a sum need:
     single-element accumulators sum every thread's value (all the sizes' product); a sum in loops, the
@@ -213,7 +218,7 @@ def classify_parameters(
 
 
 @dataclass(frozen=True)
-class _Layout:
+class Layout:
     pattern: str
     summary: str
     sizes: dict[str, int]
@@ -225,13 +230,13 @@ class _Layout:
     values: dict[str, int] = field(default_factory=dict)  # integer parameters that are no size: their value
 
 
-def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
+def _layout_1d(n: str, analysis: BodyAnalysis) -> Layout | str:
     if analysis.uses_y:
         return _layout_square(n, analysis)
     if not analysis.global_indices:
         return "no element-wise index (blockIdx.x * blockDim.x + threadIdx.x) in the body"
     extents = {name: analysis.extent_1d(name, n) for name in analysis.uses}
-    return _Layout(
+    return Layout(
         pattern="1-D element-wise",
         summary=f"{n} = {ELEMENTS_1D}",
         sizes={n: ELEMENTS_1D},
@@ -240,6 +245,37 @@ def _layout_1d(n: str, analysis: BodyAnalysis) -> _Layout | str:
         grid=(f"ceil_div({n}, block.x)",),
         shape_of={name: (extent,) for name, extent in extents.items() if extent is not None},
         full_shape=(n,),
+    )
+
+
+def _layout_several(
+    kernel: Kernel,
+    source: str,
+    body: Node,
+    instantiate: str | None,
+    sizes: list[Parameter],
+    size_of: Mapping[str, str],
+    analysis: BodyAnalysis,
+) -> Layout | str:
+    passed = sorted(name for name, use in analysis.uses.items() if use.passed)
+    if passed:  # what the function does with the buffer is not seen here
+        return f"{', '.join(passed)} handed to a function: write a spec"
+    renamed = [p.name for p in sizes if size_of[p.name] != p.name]
+    if renamed:  # the analysis' forms name the parameters; a size of another name would not match
+        return f"integer parameters named like reserved words ({', '.join(renamed)}): write a spec"
+    found = several_sizes(kernel, source, body, instantiate, sizes)
+    if isinstance(found, str):
+        names = ", ".join(p.name for p in sizes)
+        return f"{found}; a 1-D kernel over {len(sizes)} integer sizes ({names})"
+    return Layout(
+        pattern="1-D over several sizes",
+        summary=found.summary,
+        sizes=found.bench,
+        verify=found.verify,
+        block=(256,),
+        grid=(f"ceil_div({found.threads}, block.x)",),
+        shape_of={array: (shape,) for array, shape in found.shapes.items()},
+        full_shape=(found.threads,),
     )
 
 
@@ -256,7 +292,7 @@ class _Strided:
 STRIDE, VERIFY_STRIDE = 1, 2
 
 
-def _layout_strided(strided: _Strided, analysis: BodyAnalysis, size_of: Mapping[str, str]) -> _Layout | str:
+def _layout_strided(strided: _Strided, analysis: BodyAnalysis, size_of: Mapping[str, str]) -> Layout | str:
     """The elements one after another from the first (INCX = 1, OFFX = 0) at the benchmark, and verified
     also two apart (INCX = 2): a rewrite right only for contiguous elements does not pass."""
     n = size_of[strided.bound]
@@ -291,7 +327,7 @@ class _Pitched:
 PITCH_PAST_ROW = 3  # verified with rows this many elements longer than their contents
 
 
-def _layout_pitched(pitched: _Pitched, analysis: BodyAnalysis, size_of: Mapping[str, str]) -> _Layout | str:
+def _layout_pitched(pitched: _Pitched, analysis: BodyAnalysis, size_of: Mapping[str, str]) -> Layout | str:
     """The 2-D layout over (rows, cols), each pitch a size: as long as a row at the benchmark, a few
     elements longer when verifying (a rewrite that took the pitch for the row's length does not pass)."""
     rows, cols = size_of[pitched.rows], size_of[pitched.cols]
@@ -311,7 +347,7 @@ def _layout_pitched(pitched: _Pitched, analysis: BodyAnalysis, size_of: Mapping[
     )
 
 
-def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) -> _Layout | str:
+def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) -> Layout | str:
     """`ordered`: `names` are (rows, cols) already (sizes fixed by #defines, see `_fixed_sizes`)."""
     pair = (names[0], names[1]) if ordered else next((p for p in SIZE_PAIRS if set(p) == set(names)), None)
     if pair is None and len(strides := analysis.row_strides(names)) == 1:
@@ -332,9 +368,9 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
         grid: tuple[str, ...],
         shape_of: Mapping[str, tuple[str, ...]],
         block: tuple[int, ...] = (256,),
-    ) -> _Layout:
+    ) -> Layout:
         summary = f"{dims}, block {' × '.join(map(str, block))}"
-        return _Layout(pattern, summary, sizes, verify, block, grid, dict(shape_of), full)
+        return Layout(pattern, summary, sizes, verify, block, grid, dict(shape_of), full)
 
     if analysis.uses_y:
         tile = analysis.tile(analysis.global_indices)
@@ -375,7 +411,7 @@ BLOCK_DIM = 0  # `BodyAnalysis.tile` for indices that step blocks by blockDim: a
 TILE_MULTIPLES = (9, 5, 7)
 
 
-def _stepped_block(layout: _Layout, analysis: BodyAnalysis) -> _Layout | str:
+def _stepped_block(layout: Layout, analysis: BodyAnalysis) -> Layout | str:
     """A kernel whose indices step blocks by constants (`blockIdx.x * SUBTRACT_W + threadIdx.x`,
     `blockIdx.y * 16 + threadIdx.y`) covers its range only on blocks of those sides: the block they name
     along each such axis, the grid counted in them. (A block of other sides leaves rows unwritten, or
@@ -419,7 +455,7 @@ def _tiled_launch(tile: int, sizes: tuple[str, str]) -> tuple[tuple[int, int], t
     return (tile, tile), (f"ceil_div({cols}, {tile})", f"ceil_div({rows}, {tile})")
 
 
-def _layout_square(n: str, analysis: BodyAnalysis) -> _Layout | str:
+def _layout_square(n: str, analysis: BodyAnalysis) -> Layout | str:
     """One size on 2-D blocks: an n x n square whose y and x indices are both compared with n (a matrix
     sum, or a square matmul when a loop also counts to n: then 1024, its work is cubic)."""
     bound = {var for var, bounds in analysis.variable_bounds.items() if n in bounds}
@@ -436,7 +472,7 @@ def _layout_square(n: str, analysis: BodyAnalysis) -> _Layout | str:
     cubic = bool(bound & analysis.loop_variables)
     size = CONTRACTION_SIZE if cubic else ROWS_2D
     block, grid = _tiled_launch(tile, (n, n))
-    return _Layout(
+    return Layout(
         pattern="square 2-D" + (" contraction" if cubic else ""),
         summary=f"{n} × {n} = {size} × {size}, block {block[0]} × {block[1]}",
         sizes={n: size},
@@ -448,7 +484,7 @@ def _layout_square(n: str, analysis: BodyAnalysis) -> _Layout | str:
     )
 
 
-def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | str:
+def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> Layout | str:
     """A thread per (row, col) of a product over a loop: see the module."""
     sizes = set(names)
     bound = {
@@ -488,7 +524,7 @@ def _layout_contraction(names: list[str], analysis: BodyAnalysis) -> _Layout | s
     sizes_at = {rows: CONTRACTION_SIZE, cols: CONTRACTION_SIZE, depth: CONTRACTION_SIZE}
     verify = CONTRACTION_VERIFY if tile == BLOCK_DIM else tuple(m * tile for m in TILE_MULTIPLES)
     block, grid = _tiled_launch(tile, (rows, cols))
-    return _Layout(
+    return Layout(
         pattern="2-D contraction",
         summary=(
             f"{rows} × {cols} outputs summed over {depth}, each {CONTRACTION_SIZE}, "
@@ -614,7 +650,7 @@ def size_name_for(parameter: str, taken: set[str]) -> str:
 
 
 def _argument(
-    parameter: Parameter, dtype: str, analysis: BodyAnalysis, layout: _Layout, size_of: Mapping[str, str]
+    parameter: Parameter, dtype: str, analysis: BodyAnalysis, layout: Layout, size_of: Mapping[str, str]
 ) -> ArgumentSpec:
     name = parameter.name
     if not parameter.is_pointer:
@@ -1400,6 +1436,9 @@ class BodyAnalysis:
             self._classify(_unparenthesize_up(holder, parent_of), use)
         elif holder is not None and holder.type == "argument_list":
             use.read = use.written = True  # atomicAdd(y, v), or a device function that may do anything
+            call = parent_of(holder)
+            function = call.child_by_field_name("function") if call is not None else None
+            use.passed = use.passed or not _text(function).startswith("atomic")
         elif holder is not None and holder.type in ("binary_expression", "condition_clause"):
             pass  # `if (y != nullptr)`: compares the pointer, touches no element
 

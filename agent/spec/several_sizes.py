@@ -1,0 +1,217 @@
+"""The layout of a 1-D kernel with three or more integer parameters: darknet's `normalize_kernel(N, x,
+mean, variance, batch, filters, spatial)` (a flat index taken apart into pieces), `mean_delta_kernel` (a
+thread per filter looping over the batch and the spatial positions), a bias added over `n * size * batch`.
+
+Each buffer is as long as the analysis finds its accesses reach (analysis/reach.py), an expression of the
+sizes (`batch*filters*spatial`, `filters`), so it holds at any sizes. The sizes are chosen for the work:
+the benchmark starts from 2^24 threads and sizes of 1024 and halves the largest size of whatever is over
+its cap (a buffer's elements, the threads times one thread's loop iterations) until all fit; verification
+runs at small, distinct odd sizes (a rewrite that swaps two sizes does not pass), fitted the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cuda_agent.agent.kernels import Kernel, Parameter
+from cuda_agent.agent.spec.expressions import ExpressionError, referenced_names
+from cuda_agent.agent.spec.model import KernelSpec, LaunchSpec
+from tree_sitter import Node
+
+if TYPE_CHECKING:  # the analysis reads targets, which read specs
+    from cuda_agent.agent.analysis.forms import Form
+
+BENCH_THREADS = 1 << 24
+BENCH_SIZE = 1024  # a size the threads do not count, before fitting
+VERIFY_THREADS = 100_003
+VERIFY_SIZES = (7, 5, 11, 3, 13, 9, 17, 19, 15, 23, 21, 29, 27, 31, 25, 37)  # distinct, small, odd
+
+
+@dataclass(frozen=True)
+class Caps:
+    elements: int  # of any one buffer
+    work: int  # the threads times the loop iterations of one thread
+
+
+BENCH_CAPS = Caps(elements=1 << 25, work=1 << 28)
+VERIFY_CAPS = Caps(elements=1 << 21, work=1 << 24)
+_MOST_HALVINGS = 400
+
+
+@dataclass(frozen=True)
+class Sized:
+    """What the layout needs: the threads (an expression), each buffer's shape, the sizes."""
+
+    threads: str
+    shapes: dict[str, str]
+    bench: dict[str, int]
+    verify: dict[str, int]
+    summary: str
+
+
+def several_sizes(
+    kernel: Kernel, source: str, body: Node, instantiate: str | None, sizes: Sequence[Parameter]
+) -> Sized | str:
+    """The threads, shapes and sizes of a 1-D kernel over the integer parameters `sizes`; why not."""
+    # The analysis reads targets, which read specs: imported here, once a spec is being inferred.
+    from cuda_agent.agent.analysis import analyse
+    from cuda_agent.agent.analysis.reach import GLOBAL, evaluate_form, reach
+    from cuda_agent.agent.proposers.tree import KernelTree
+    from cuda_agent.agent.targets import KernelTarget
+
+    names = frozenset(p.name for p in sizes)
+    # A provisional 1-D launch: under it blockIdx.y reads as 0 (a line of blocks is the x index).
+    provisional = KernelSpec(kernel.name, (), LaunchSpec((256,), ("1",)), instantiate=instantiate)
+    target = KernelTarget(Path("kernel.cu"), source, kernel, provisional)
+    assert body.parent is not None  # a compound statement is never the root
+    facts = analyse(KernelTree(target, source.encode("utf-8"), body.parent, body))
+    if facts is None:
+        return "the body is beyond the analysis"
+    if facts.unmodelled:
+        return "an access the analysis cannot place (a 2-D array, shared or local memory)"
+    found = reach(facts, names)
+    if isinstance(found, str):
+        return found
+    if GLOBAL in found.threads.text():
+        return "the thread count depends on the threads"
+    bench_start = _start(found.threads.atoms(), names, BENCH_THREADS, (BENCH_SIZE,), power_of_two=True)
+    verify_start = _start(found.threads.atoms(), names, VERIFY_THREADS, VERIFY_SIZES, power_of_two=False)
+    for name in names:
+        if (by_name := _by_name(name)) is not None:
+            bench_start[name], verify_start[name] = by_name
+    shapes = {array: _max_text(_undominated(forms)) for array, forms in found.needed.items()}
+    costs = [found.threads * w for w in found.work] or [found.threads]
+    # Divisors and counts that must stay at least 1 (a window wider than its row makes `h - k + 1` negative).
+    positive = [found.threads, *(f for forms in found.needed.values() for f in forms)]
+    positive += [
+        denominator
+        for _, _, denominator in facts.atoms.operations.values()
+        if denominator.atoms() and denominator.atoms() <= names
+    ]
+    fitted = []
+    for start, caps in ((bench_start, BENCH_CAPS), (verify_start, VERIFY_CAPS)):
+        values = _fit(start, list(shapes.values()), [c.text() for c in costs], caps, names, positive)
+        if isinstance(values, str):
+            return values
+        for array, lows in found.lowest.items():
+            try:
+                lowest = min(evaluate_form(low, values) for low in lows)
+            except ExpressionError as exc:
+                return f"{array}: {exc}"
+            if lowest < 0:
+                return f"{array} is read {-lowest} elements before its start at {_listed(values)}"
+        fitted.append(values)
+    bench, verify = fitted
+    threads = found.threads.text()
+    summary = f"{threads} threads; {_listed(bench)}, verified at {_listed(verify)}"
+    return Sized(threads, shapes, bench, verify, summary)
+
+
+def _start(
+    counted: set[str], names: frozenset[str], threads: int, others: Sequence[int], power_of_two: bool
+) -> dict[str, int]:
+    """The sizes before fitting: the threads' sizes sharing `threads` between them, the others from
+    `others` in turn (distinct where it has enough values)."""
+    by_threads = sorted(counted & names)
+    values: dict[str, int] = {}
+    if by_threads:
+        share = threads ** (1 / len(by_threads))
+        for position, name in enumerate(by_threads):
+            if power_of_two:
+                values[name] = 1 << round(share).bit_length() - 1 if len(by_threads) > 1 else threads
+            else:
+                values[name] = (round(share) + 2 * position) | 1 if len(by_threads) > 1 else threads
+    rest = [name for name in sorted(names) if name not in values]
+    for position, name in enumerate(rest):
+        values[name] = others[position % len(others)]
+    return values
+
+
+def _fit(
+    values: dict[str, int],
+    shapes: list[str],
+    costs: list[str],
+    caps: Caps,
+    names: frozenset[str],
+    positive: list[Form],
+) -> dict[str, int] | str:
+    """The sizes with, first, the largest size that makes a divisor or count below 1 halved, then the
+    largest size of whatever is over its cap, until nothing is."""
+    values = dict(values)
+    capped = [(text, caps.elements) for text in shapes] + [(text, caps.work) for text in costs]
+    for _ in range(_MOST_HALVINGS):
+        try:
+            below = next((f for f in positive if _value(f.text(), values) < 1), None)
+        except ExpressionError as exc:
+            return str(exc)
+        if below is not None:
+            against = {a for m, c in below.terms.items() if c < 0 for a in m if a in names and values[a] > 1}
+            if not against:
+                return f"{below.text()} is below 1 at {_listed(values)}"
+            name = max(against, key=lambda n: (values[n], n))
+            values[name] = max(1, values[name] // 2) | (values[name] & 1)
+            continue
+        worst, over = None, 1.0
+        for text, cap in capped:
+            try:
+                ratio = _value(text, values) / cap
+            except ExpressionError as exc:
+                return f"{text}: {exc}"
+            if ratio > over:
+                worst, over = text, ratio
+        if worst is None:
+            return values
+        shrinkable = [n for n in referenced_names(worst, names) if values[n] > 1]
+        if not shrinkable:
+            return f"{worst} is over {dict(capped)[worst]} at the smallest sizes"
+        name = max(shrinkable, key=lambda n: (values[n], n))
+        values[name] = max(1, values[name] // 2) | (values[name] & 1)
+    return "the sizes did not fit their caps"
+
+
+# Sizes whose names say what they are: a stride or a leading dimension (1 at the benchmark, the elements
+# one after another, and 2 when verifying), an offset (0, and 3), a convolution or pooling window (3), a
+# padding (1). Any other size is fitted to the work.
+_NAMED = (
+    (re.compile(r"(?i)^(inc[a-z]?|stride(_?[a-z])?|strides|step|pitch|ld[a-z]?)$"), (1, 2)),
+    (re.compile(r"(?i)(^|_)(offset|off)(_|$)|^offset|offset$|^(start|begin|first)$"), (0, 3)),
+    # `K` alone is often a count of output channels: only a lower-case k is taken for a window
+    (re.compile(r"^(k|ks|k[lhwLHW])$|^(?i:ksize|kernel_?size|filter_?size|window|win)$"), (3, 3)),
+    (re.compile(r"(?i)^pad(ding)?$"), (1, 1)),
+)
+
+
+def _by_name(name: str) -> tuple[int, int] | None:
+    return next((values for pattern, values in _NAMED if pattern.search(name)), None)
+
+
+def _undominated(forms: list[Form]) -> list[str]:
+    """The forms no other is at least everywhere (`3*n` over `n` and `3*n - 2`: every atom is never
+    negative, so a difference with no negative coefficient is never negative)."""
+    kept = [
+        f
+        for i, f in enumerate(forms)
+        if not any(
+            j != i and all(c >= 0 for c in (g - f).terms.values()) and (g != f or j < i)
+            for j, g in enumerate(forms)
+        )
+    ]
+    return [f.text() for f in kept]
+
+
+def _value(text: str, values: Mapping[str, int]) -> int:
+    from cuda_agent.agent.spec.expressions import evaluate
+
+    return evaluate(text, values)
+
+
+def _max_text(texts: list[str]) -> str:
+    return texts[0] if len(texts) == 1 else f"max({', '.join(texts)})"
+
+
+def _listed(values: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} = {value}" for name, value in values.items())

@@ -1,0 +1,190 @@
+"""Specs inferred for 1-D kernels with three or more integer sizes (the batch/channels/plane kernels of
+training frameworks): each buffer as long as the accesses reach, the sizes fitted to the work, verified at
+small distinct sizes; and refusals, with the reason, where the reach cannot be known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.kernels import find_kernels
+from cuda_agent.agent.spec import KernelSpec, resolve
+from cuda_agent.agent.spec.expressions import evaluate
+from cuda_agent.agent.spec.infer import infer_spec
+from cuda_agent.agent.spec.several_sizes import BENCH_CAPS, VERIFY_CAPS
+from cuda_agent.agent.targets import load_targets
+
+# A flat index over (batch, channels, plane), the channel read out of it: a per-channel scale.
+SCALE_CHANNELS = """
+__global__ void scale_channels(int total, float *x, const float *gamma, int batch, int channels, int plane)
+{
+    int i = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    int c = (i / plane) % channels;
+    x[i] *= gamma[c];
+}
+"""
+# A thread per channel summing its batch and plane: the buffer it reads is batch * channels * plane long.
+CHANNEL_SUMS = """
+__global__ void channel_sums(const float *in, float *sums, int batch, int channels, int plane)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    float acc = 0;
+    for (int b = 0; b < batch; ++b)
+        for (int p = 0; p < plane; ++p)
+            acc += in[(b * channels + c) * plane + p];
+    sums[c] = acc;
+}
+"""
+# The index taken apart in place (`index /= plane;`), bounded by a product of the sizes.
+CHANNEL_BIAS = """
+__global__ void add_channel_bias(float *out, const float *bias, int batch, int channels, int plane)
+{
+    int index = blockIdx.x * blockDim.x + threadIdx.x;
+    if (index >= batch * channels * plane) return;
+    int p = index % plane;
+    index /= plane;
+    int c = index % channels;
+    index /= channels;
+    int b = index;
+    out[(b * channels + c) * plane + p] += bias[c];
+}
+"""
+# A window of k taps along rows of `width`: `width - k + 1` outputs a row, which must stay positive.
+ROW_WINDOW = """
+__global__ void row_window(const float *in, const float *taps, float *out, int n, int width, int k)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int row = i / (width - k + 1);
+        int col = i % (width - k + 1);
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) acc += in[row * width + col + j] * taps[j];
+        out[i] = acc;
+    }
+}
+"""
+
+
+def inferred(source: str) -> KernelSpec:
+    (kernel,) = find_kernels(source)
+    spec, note = infer_spec(kernel, source)
+    assert spec is not None, note
+    assert note.startswith("spec inferred from the 1-D over several sizes pattern"), note
+    return spec
+
+
+def refusal(source: str) -> str:
+    (kernel,) = find_kernels(source)
+    spec, note = infer_spec(kernel, source)
+    assert spec is None, spec
+    return note
+
+
+def shapes(spec: KernelSpec) -> dict[str, tuple[str, ...]]:
+    return {a.name: a.shape for a in spec.arguments if a.role != "scalar"}
+
+
+def elements(spec: KernelSpec, sizes: dict[str, int]) -> dict[str, int]:
+    problem, _ = resolve(spec, sizes)
+    return {a.name: a.shape[0] for a in problem.arguments if a.role != "scalar"}
+
+
+def test_a_piece_of_the_flat_index_sizes_the_buffer_it_reads() -> None:
+    spec = inferred(SCALE_CHANNELS)
+    assert shapes(spec) == {"x": ("total",), "gamma": ("channels",)}
+    assert spec.launch.grid == ("ceil_div(total, block.x)",) and spec.sizes["total"] == 1 << 24
+    (verify,) = spec.verify_sizes
+    # verified at small sizes, each its own value: a rewrite that mixes up two sizes does not pass
+    others = [verify[n] for n in ("batch", "channels", "plane")]
+    assert len(set(others)) == 3 and max(others) < 100 and verify["total"] > 10 * 256
+
+
+def test_a_thread_per_channel_reads_the_product_of_the_sizes_and_stays_under_the_caps() -> None:
+    spec = inferred(CHANNEL_SUMS)
+    assert shapes(spec) == {"in": ("batch*channels*plane",), "sums": ("channels",)}
+    assert spec.launch.grid == ("ceil_div(channels, block.x)",)
+    for sizes, caps in ((spec.sizes, BENCH_CAPS), (spec.verify_sizes[0], VERIFY_CAPS)):
+        sizes = spec.sizes | sizes
+        assert elements(spec, sizes)["in"] <= caps.elements
+        assert sizes["channels"] * sizes["batch"] * sizes["plane"] <= caps.work
+    assert spec.sizes["channels"] >= 256  # enough threads to be worth timing
+    assert spec.reduction == "batch * plane"  # the sum's length scales its tolerance
+
+
+def test_an_index_taken_apart_in_place_is_followed_statement_by_statement() -> None:
+    spec = inferred(CHANNEL_BIAS)
+    assert shapes(spec) == {"out": ("batch*channels*plane",), "bias": ("channels",)}
+    assert spec.launch.grid == ("ceil_div(batch*channels*plane, block.x)",)
+    roles = {a.name: a.role for a in spec.arguments}
+    assert roles["out"] == "inout" and roles["bias"] == "input"
+
+
+def test_divisors_stay_positive_and_a_window_is_a_window() -> None:
+    spec = inferred(ROW_WINDOW)
+    for sizes in (spec.sizes, spec.sizes | spec.verify_sizes[0]):
+        assert sizes["k"] == 3
+        assert sizes["width"] - sizes["k"] + 1 >= 1
+        reached = elements(spec, sizes)
+        rows = (sizes["n"] - 1) // (sizes["width"] - sizes["k"] + 1) + 1
+        assert reached["in"] >= rows * sizes["width"]  # the last row's last tap is inside
+        assert reached["taps"] == sizes["k"]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (("x[i] *= gamma[c];", "scale_row(x + i, gamma, c);"), "handed to a function"),
+        (("x[i] *= gamma[c];", "x[i] *= gamma[(int)x[i]];"), "read from memory"),
+        (("x[i] *= gamma[c];", "x[i] *= x[i - plane];"), "before its start"),
+        (("if (i >= total) return;", ""), "no bound on the global index"),
+    ],
+)
+def test_a_reach_that_cannot_be_known_is_refused_with_the_reason(change: tuple[str, str], why: str) -> None:
+    source = SCALE_CHANNELS.replace(*change)
+    if "scale_row" in source:
+        source = "__device__ void scale_row(float *r, const float *g, int c) { r[0] *= g[c]; }\n" + source
+    note = refusal(source)
+    assert why in note and "6 integer sizes" not in note, note
+
+
+def test_the_shapes_hold_at_any_sizes_not_only_the_chosen_ones() -> None:
+    spec = inferred(CHANNEL_BIAS)
+    shape = shapes(spec)["out"][0]
+    for batch, channels, plane in ((1, 1, 1), (3, 64, 49), (32, 3, 1000)):
+        values = {"batch": batch, "channels": channels, "plane": plane}
+        assert evaluate(shape, values) == batch * channels * plane
+
+
+def test_a_file_of_such_kernels_gets_a_spec_for_each(tmp_path: Path) -> None:
+    path = tmp_path / "layers.cu"
+    path.write_text(SCALE_CHANNELS + CHANNEL_SUMS + CHANNEL_BIAS)
+    targets = load_targets(path).targets
+    assert [t.kernel.name for t in targets if t.spec is not None] == [
+        "scale_channels",
+        "channel_sums",
+        "add_channel_bias",
+    ]
+
+
+@pytest.mark.gpu
+def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(tmp_path: Path) -> None:
+    """The inferred sizes are what the original is run and verified at: it must run inside the buffers
+    (every guard filled once shows an out-of-bounds write), agree with itself, and give rewrites a check."""
+    from cuda_agent.agent.engine import Engine, EngineSettings
+    from cuda_agent.agent.optimize import PROPOSERS
+    from cuda_agent.agent.search import _first_round, interleave
+
+    from tests.test_rewrite_warp_per_output import shown
+
+    proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
+    path = tmp_path / "layers.cu"
+    path.write_text(SCALE_CHANNELS + CHANNEL_SUMS + CHANNEL_BIAS + ROW_WINDOW)
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        for target in load_targets(path).targets:
+            baseline = engine.baseline(target)
+            assert baseline.usable, (target.kernel.name, baseline.error)
+            results = engine.evaluate(baseline, interleave(_first_round(target, proposers, []))[:6])
+            seen = shown(baseline.target, results)
+            assert results and all(r.verified for r in results), seen
