@@ -548,6 +548,58 @@ def test_a_loop_every_lane_would_repeat_in_full_is_not_left_whole() -> None:
     assert propose(_target(single, "k"))
 
 
+# A thread per channel summing a batch of planes (the mean of a batch norm): the outer loop walks with a
+# stride, its one inner loop contiguously; the counters declared up front, as older C code does.
+CHANNEL_MEAN = """
+__global__ void channel_mean(const float *x, float *mean, int batch, int channels, int plane)
+{
+    int c = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    int b, p;
+    float sum = 0.0f;
+    for (b = 0; b < batch; ++b) {
+        for (p = 0; p < plane; ++p) {
+            sum += x[(b * channels + c) * plane + p];
+        }
+    }
+    mean[c] = sum / (batch * plane);
+}
+"""
+
+
+def test_a_batch_of_rows_splits_its_inner_loop_and_combines_after_the_outer() -> None:
+    target = _target(CHANNEL_MEAN, "channel_mean")  # spec inferred: three sizes
+    candidates = check(target)
+    body = body_of(candidates[0], "channel_mean")
+    assert "for (b = 0; b < batch; ++b)" in body and "for (p = lane; p < plane; p += 32)" in body
+    # the lanes' partial sums are combined once, after the whole nest, and lane 0 stores
+    combine = body.index("__shfl_xor_sync")
+    assert body.index("for (b = 0") < body.index("for (p = lane") < combine < body.index("if (lane == 0)")
+    assert body.count("__shfl_xor_sync") == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # updated once a batch too: every lane would add it
+        (
+            "        for (p = 0; p < plane; ++p) {",
+            "        sum += 1.0f;\n        for (p = 0; p < plane; ++p) {",
+        ),
+        # read once a batch outside the inner loop: kept whole, it would be read by every lane
+        (
+            "        for (p = 0; p < plane; ++p) {",
+            "        sum += x[b];\n        for (p = 0; p < plane; ++p) {",
+        ),
+        # the threads already read neighbouring elements: nothing to coalesce
+        ("x[(b * channels + c) * plane + p]", "x[(b * plane + p) * channels + c]"),
+    ],
+)
+def test_a_nest_is_not_split_inside_where_the_lanes_would_repeat_work(change: tuple[str, str]) -> None:
+    target = _target(CHANNEL_MEAN.replace(*change), "channel_mean")
+    assert all("for (p = lane" not in body_of(c, "channel_mean") for c in propose(target))
+
+
 @pytest.mark.gpu
 def test_split_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
@@ -559,6 +611,7 @@ def test_split_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
         _target(ARGMAX.replace("{cmp}", ">="), "row_argmax"),
         _target(ONLINE_SOFTMAX, "k"),
         _target(FMA_GEMV, "gemv"),
+        _target(CHANNEL_MEAN, "channel_mean"),
     ]
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in targets:

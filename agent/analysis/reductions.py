@@ -56,9 +56,10 @@ class Found:
 def classify(body: Node, outer: set[str], loop: str) -> Found:
     """The reductions and carried locals among the updates of `outer` names inside the loop's body."""
     updates: dict[str, list[Node]] = {}
+    counters = _restarted_counters(body)
     for node in _nodes(body):
         target = _assigned_name(node)
-        if target is not None and target in outer:
+        if target is not None and target in outer and _span(node) not in counters.get(target, set()):
             updates.setdefault(target, []).append(node)
     reductions: list[Reduction] = []
     carried: set[str] = set()
@@ -260,6 +261,39 @@ def _reads_only_within(body: Node, names: tuple[str, ...], allowed: list[Node | 
         for node in _nodes(body)
         if node.type == "identifier" and text(node) in names
     )
+
+
+def _restarted_counters(body: Node) -> dict[str, set[tuple[int, int]]]:
+    """The counters of loops nested in the body that their own `for` sets before anything reads them
+    (`int j, k; for (j = 0; ...) for (k = 0; k < n; ++k)`): name -> the spans of the initialiser and the
+    update, which carry nothing from one iteration of the outer loop to the next."""
+    nodes = list(_nodes(body))
+    found: dict[str, set[tuple[int, int]]] = {}
+    for node in nodes:
+        initializer = node.child_by_field_name("initializer") if node.type == "for_statement" else None
+        if initializer is None or unwrap(initializer).type != "assignment_expression":
+            continue
+        name = _assigned_name(unwrap(initializer))
+        if name is None or any(_reads(n, name) and n.start_byte < node.start_byte for n in nodes):
+            continue
+        found.setdefault(name, set()).add(_span(unwrap(initializer)))
+        update = node.child_by_field_name("update")
+        if update is not None and _assigned_name(unwrap(update)) == name:
+            found[name].add(_span(unwrap(update)))
+    # assigned anywhere else in the body too: carried after all
+    return {
+        name: spans
+        for name, spans in found.items()
+        if not any(_assigned_name(n) == name and _span(n) not in spans for n in nodes)
+    }
+
+
+def _reads(node: Node, name: str) -> bool:
+    return node.type == "identifier" and text(node) == name
+
+
+def _span(node: Node) -> tuple[int, int]:
+    return node.start_byte, node.end_byte
 
 
 def _assigned_name(node: Node) -> str | None:

@@ -66,6 +66,10 @@ LONG_LOOP = 8192
 BLOCK_WORTHY_LOOP = 1024
 
 
+# An inner loop split under a strided outer one is this long at least (a pooling window is not a row).
+NESTED_TRIP = 32
+
+
 class _Unsupported(Exception):
     """Not this shape, or not provably the same results; the message says why (for debugging)."""
 
@@ -137,7 +141,8 @@ def _rewrite(
     distributed = [loop for loop in top if _distributable(loop)]
     if not distributed:
         raise _Unsupported("no loop to split across a warp")
-    if not any(_walks_contiguously(facts, loop) for loop in distributed):
+    strided_loops = {loop.node.start_byte: _strided_loop(tree, facts, loop) for loop in distributed}
+    if not any(_walks_contiguously(facts, strided_loops[loop.node.start_byte]) for loop in distributed):
         raise _Unsupported("no split loop walks memory contiguously")
     _check_nothing_repeated(tree, facts, top, distributed)
     _check_memory(facts, distributed)
@@ -160,7 +165,9 @@ def _rewrite(
     edits = _owner_edits(tree, facts, owners, names, width)
     assumptions: set[str] = set()
     for loop in distributed:
-        edits += _loop_edits(tree, loop, names, width)
+        # the lanes stride the loop itself, or the one loop nested in it that walks memory contiguously;
+        # either way each lane's partial results are combined after the whole loop
+        edits += _loop_edits(tree, strided_loops[loop.node.start_byte], names, width)
         for reduction in loop.reductions:
             check_initial(tree, loop, reduction)
             if reduction.combine == FIND_FIRST:
@@ -170,7 +177,8 @@ def _rewrite(
             if assumption:
                 assumptions.add(assumption)
     edits += _lane_zero_stores(tree, facts, distributed, names["lane"])
-    return apply_to_body(tree, edits), owners, batch, distributed, tuple(sorted(assumptions))
+    split = [strided_loops[loop.node.start_byte] for loop in distributed]
+    return apply_to_body(tree, edits), owners, batch, split, tuple(sorted(assumptions))
 
 
 def _owners(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Owner], set[int]]:
@@ -218,6 +226,49 @@ def _count(tree: KernelTree, bound: Form) -> tuple[str, str]:
 def _distributable(loop: Loop) -> bool:
     """Independent iterations, a unit step, and reductions whose combine the warp can finish."""
     return loop.independent and loop.step.value() == 1
+
+
+def _strided_loop(tree: KernelTree, facts: KernelFacts, loop: Loop) -> Loop:
+    """The loop the lanes stride: the loop itself, or, where it walks memory with a stride (a batch of
+    rows: `for (b ...) for (p ...) acc += in[(b * C + c) * P + p]`), the one loop nested in it that walks
+    memory contiguously, when every access and every update of the outer loop's accumulators is in that
+    inner loop and nothing is stored in either (each lane then sums its share of every row)."""
+    if _walks_contiguously(facts, loop):
+        return loop
+    start, end = loop.node.start_byte, loop.node.end_byte
+    inside = [o for o in facts.loops if o.depth == loop.depth + 1 and start <= o.node.start_byte < end]
+    if len(inside) != 1:
+        return loop
+    (inner,) = inside
+    trip = at_benchmark(tree, inner.trip) if inner.trip is not None else None
+    if trip is None or trip < NESTED_TRIP:
+        return loop  # a 3-wide window: the lanes would idle
+    accumulators = {name for r in loop.reductions for name in r.accumulators}
+    outside_inner = [
+        n
+        for n in walk(loop.body)
+        if not inner.node.start_byte <= n.start_byte < inner.node.end_byte
+        and n.type in ("assignment_expression", "update_expression")
+    ]
+    if any(_target_name(n) in accumulators for n in outside_inner):
+        return loop  # updated once a row too: every lane would add it
+    accesses = facts.accesses_in(loop)
+    reduced = {(r.combine, r.accumulators) for r in inner.reductions}
+    if (
+        not _distributable(inner)
+        or not _walks_contiguously(facts, inner)
+        or any(a.write for a in accesses)
+        or len(facts.accesses_in(inner)) != len(accesses)
+        or any((r.combine, r.accumulators) not in reduced for r in loop.reductions)
+        or len(inner.reductions) != len(loop.reductions)
+    ):
+        return loop
+    return inner
+
+
+def _target_name(node: Node) -> str:
+    target = node.child_by_field_name("left" if node.type == "assignment_expression" else "argument")
+    return unwrap(target).text.decode() if target is not None and unwrap(target).text else ""
 
 
 def _walks_contiguously(facts: KernelFacts, loop: Loop) -> bool:
