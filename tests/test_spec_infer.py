@@ -166,12 +166,12 @@ def test_two_sizes_named_any_way_are_told_apart_by_which_scales_an_index(
     assert {name: shape for name, (_, shape) in roles(spec).items() if name in shapes} == shapes
 
 
-def test_two_sizes_that_only_multiply_each_other_are_refused():
-    spec, why = infer("""__global__ void fill(float* y, int p, int q) {
+def test_two_sizes_that_only_multiply_each_other_bound_a_flat_index():
+    spec = inferred("""__global__ void fill(float* y, int p, int q) {
         int i = blockIdx.x * blockDim.x + threadIdx.x;
         if (i < p * q) y[i] = 1.0f;
     }""")
-    assert spec is None and "not one of them alone scaling an index" in why
+    assert roles(spec)["y"] == ("output", ("p*q",)) and spec.launch.grid == ("ceil_div(p*q, block.x)",)
 
 
 def test_one_thread_per_row_with_a_row_sized_output():

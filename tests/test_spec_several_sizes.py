@@ -168,6 +168,15 @@ def test_a_file_of_such_kernels_gets_a_spec_for_each(tmp_path: Path) -> None:
     ]
 
 
+def test_two_sizes_not_named_as_rows_and_columns_are_sized_the_same_way() -> None:
+    spec = inferred("""
+        __global__ void scale_rows(const float* x, const float* scale, float* y, int total, int channels) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < total) y[i] = x[i] * scale[i % channels];
+        }""")
+    assert shapes(spec) == {"x": ("total",), "scale": ("channels",), "y": ("total",)}
+
+
 @pytest.mark.gpu
 def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(tmp_path: Path) -> None:
     """The inferred sizes are what the original is run and verified at: it must run inside the buffers

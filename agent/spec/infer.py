@@ -128,6 +128,10 @@ def infer_spec(
         layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
         layout = _layout_2d([parameter.name for parameter, _ in int_scalars], analysis)
+        if isinstance(layout, str) and not analysis.uses_y:  # (n, offset), (n, stride), (total, channels)
+            sizes = [p for p, _ in int_scalars]
+            several = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis)
+            layout = layout if isinstance(several, str) else several
     elif pitched := analysis.pitched([parameter.name for parameter, _ in int_scalars]):
         layout = _layout_pitched(pitched, analysis, size_of)
     elif len(int_scalars) == 3 and analysis.uses_y:
