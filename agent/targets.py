@@ -496,7 +496,13 @@ class _Host:
 
 
 def _inferred(
-    kernel: Kernel, text: str, data: bytes, tree: Tree, host: _Host, headers: tuple[bytes, ...] = ()
+    kernel: Kernel,
+    text: str,
+    data: bytes,
+    tree: Tree,
+    host: _Host,
+    headers: tuple[bytes, ...] = (),
+    path: Path | None = None,
 ) -> tuple[KernelSpec | None, str]:
     own = data[kernel.start_byte : kernel.end_byte]
     typedefs = host.typedefs
@@ -511,7 +517,7 @@ def _inferred(
 
     def from_signature() -> tuple[KernelSpec | None, str]:
         return _FROM_SIGNATURE.get_or_make(
-            (own, aliases, named), lambda: infer_spec(kernel, text, tree, typedefs, headers)
+            (own, aliases, named), lambda: infer_spec(kernel, text, tree, typedefs, headers, path)
         )
 
     if dependencies is None:
@@ -848,7 +854,8 @@ class _Inference:
                 if kept is not None:
                     self.inferred[id(kernel.read)] = kept
                     return kept[1], kept[2]
-        spec, reason = _inferred(kernel, self.text, self.data, self.tree, host, self._header_texts())
+        headers = self._header_texts()
+        spec, reason = _inferred(kernel, self.text, self.data, self.tree, host, headers, self.path)
         if elsewhere:
             # Nothing here launches it: a header's kernel, launched from the .cu next to it.
             found, why = infer_from_elsewhere(self._neighbours, kernel, self.tree, host.program())

@@ -32,6 +32,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from cuda_agent.agent.kernels import Kernel, Parameter
 from cuda_agent.agent.memo import BoundedMemo
@@ -90,10 +91,12 @@ def infer_spec(
     tree: Tree | None = None,
     typedefs: Mapping[str, str] | None = None,
     headers: Sequence[bytes] = (),
+    path: Path | None = None,
 ) -> tuple[KernelSpec | None, str]:
     """(spec, note) when the kernel has a recognised shape; (None, why not) otherwise. `typedefs`: the
     file's type aliases (`typedef __nv_bfloat16 floatX;`), followed to the element type; `headers`: the
-    texts of the file's own headers, whose #defines (a TILE, sizes) count as the file's."""
+    texts of the file's own headers, whose #defines (a TILE, sizes) count as the file's; `path`: the
+    file's, where the analysis looks for those headers itself."""
     if kernel.has_errors:
         return None, "the kernel has syntax errors"
     instantiate, template_types = instantiation(kernel)
@@ -130,7 +133,7 @@ def infer_spec(
         layout = _layout_2d([parameter.name for parameter, _ in int_scalars], analysis)
         if isinstance(layout, str) and not analysis.uses_y:  # (n, offset), (n, stride), (total, channels)
             sizes = [p for p, _ in int_scalars]
-            several = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis)
+            several = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
             layout = layout if isinstance(several, str) else several
     elif pitched := analysis.pitched([parameter.name for parameter, _ in int_scalars]):
         layout = _layout_pitched(pitched, analysis, size_of)
@@ -143,7 +146,7 @@ def infer_spec(
             layout = replace(layout, sizes=dict(fixed), verify=dict(fixed), summary=_fixed_summary(fixed))
     elif len(int_scalars) >= 3 and not analysis.uses_y:
         sizes = [p for p, _ in int_scalars]
-        layout = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis)
+        layout = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
     else:
         names = ", ".join(parameter.name for parameter, _ in int_scalars) or "none"
         return None, f"expected one integer size (n) or two (rows, cols); found {len(int_scalars)} ({names})"
@@ -260,6 +263,7 @@ def _layout_several(
     sizes: list[Parameter],
     size_of: Mapping[str, str],
     analysis: BodyAnalysis,
+    path: Path | None,
 ) -> Layout | str:
     passed = sorted(name for name, use in analysis.uses.items() if use.passed)
     if passed:  # what the function does with the buffer is not seen here
@@ -267,7 +271,7 @@ def _layout_several(
     renamed = [p.name for p in sizes if size_of[p.name] != p.name]
     if renamed:  # the analysis' forms name the parameters; a size of another name would not match
         return f"integer parameters named like reserved words ({', '.join(renamed)}): write a spec"
-    found = several_sizes(kernel, source, body, instantiate, sizes)
+    found = several_sizes(kernel, source, body, instantiate, sizes, path)
     if isinstance(found, str):
         names = ", ".join(p.name for p in sizes)
         return f"{found}; a 1-D kernel over {len(sizes)} integer sizes ({names})"

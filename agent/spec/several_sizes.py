@@ -54,9 +54,15 @@ class Sized:
 
 
 def several_sizes(
-    kernel: Kernel, source: str, body: Node, instantiate: str | None, sizes: Sequence[Parameter]
+    kernel: Kernel,
+    source: str,
+    body: Node,
+    instantiate: str | None,
+    sizes: Sequence[Parameter],
+    path: Path | None = None,
 ) -> Sized | str:
-    """The threads, shapes and sizes of a 1-D kernel over the integer parameters `sizes`; why not."""
+    """The threads, shapes and sizes of a 1-D kernel over the integer parameters `sizes`; why not. `path`:
+    the file's, whose own headers' #defines the analysis reads (`BLOCK_SIZE * blockIdx.x + threadIdx.x`)."""
     # The analysis reads targets, which read specs: imported here, once a spec is being inferred.
     from cuda_agent.agent.analysis import analyse
     from cuda_agent.agent.analysis.reach import GLOBAL, evaluate_form, reach
@@ -66,7 +72,7 @@ def several_sizes(
     names = frozenset(p.name for p in sizes)
     # A provisional 1-D launch: under it blockIdx.y reads as 0 (a line of blocks is the x index).
     provisional = KernelSpec(kernel.name, (), LaunchSpec((256,), ("1",)), instantiate=instantiate)
-    target = KernelTarget(Path("kernel.cu"), source, kernel, provisional)
+    target = KernelTarget(path or Path("kernel.cu"), source, kernel, provisional)
     assert body.parent is not None  # a compound statement is never the root
     facts = analyse(KernelTree(target, source.encode("utf-8"), body.parent, body))
     if facts is None:
