@@ -71,7 +71,9 @@ def inferred(source: str) -> KernelSpec:
     (kernel,) = find_kernels(source)
     spec, note = infer_spec(kernel, source)
     assert spec is not None, note
-    assert note.startswith("spec inferred from the 1-D over several sizes pattern"), note
+    assert note.startswith("spec inferred from the 1-D over several sizes pattern") or note.startswith(
+        "spec inferred from the 2-D over several sizes pattern"
+    ), note
     return spec
 
 
@@ -177,6 +179,34 @@ def test_two_sizes_not_named_as_rows_and_columns_are_sized_the_same_way() -> Non
     assert shapes(spec) == {"x": ("total",), "scale": ("channels",), "y": ("total",)}
 
 
+# A 2-D kernel over rows a pitch apart, read from a shifted start: no two threads may store to one element.
+SHIFTED_ROWS = """
+__global__ void shifted_rows(const float* a, int pitch_a, float* out, int pitch_out, int width, int height,
+                             int shift)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < width && y < height) out[y * pitch_out + x] = a[y * pitch_a + x + shift];
+}
+"""
+
+
+def test_a_2d_kernel_over_several_sizes_keeps_each_row_inside_its_pitch() -> None:
+    spec = inferred(SHIFTED_ROWS)
+    assert spec.launch.grid == ("ceil_div(width, block.x)", "ceil_div(height, block.y)")
+    assert shapes(spec)["out"] == ("height*pitch_out - pitch_out + width",)
+    for sizes in (spec.sizes, spec.sizes | spec.verify_sizes[0]):
+        # a pitch shorter than a row would have two threads store to one element: an original that races
+        assert sizes["pitch_out"] >= sizes["width"]
+        reached = elements(spec, sizes)
+        assert reached["a"] == (sizes["height"] - 1) * sizes["pitch_a"] + sizes["width"] + sizes["shift"]
+
+
+def test_a_buffer_pointer_moved_in_the_body_is_refused() -> None:
+    source = CHANNEL_SUMS.replace("    float acc = 0;", "    in += c;\n    float acc = 0;")
+    assert "in moved in the body" in refusal(source)
+
+
 @pytest.mark.gpu
 def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(tmp_path: Path) -> None:
     """The inferred sizes are what the original is run and verified at: it must run inside the buffers
@@ -189,7 +219,7 @@ def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(t
 
     proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
     path = tmp_path / "layers.cu"
-    path.write_text(SCALE_CHANNELS + CHANNEL_SUMS + CHANNEL_BIAS + ROW_WINDOW)
+    path.write_text(SCALE_CHANNELS + CHANNEL_SUMS + CHANNEL_BIAS + ROW_WINDOW + SHIFTED_ROWS)
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in load_targets(path).targets:
             baseline = engine.baseline(target)

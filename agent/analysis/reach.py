@@ -19,9 +19,12 @@ from cuda_agent.agent.analysis.facts import KernelFacts, Loop
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Form, exact_quotient
 from cuda_agent.agent.analysis.values import text
 
-GLOBAL = "⟨global index⟩"  # the atom the global x index is rewritten to
-_G = Form.atom("blockIdx.x") * Form.atom("blockDim.x") + Form.atom("threadIdx.x")
-_NEVER_NEGATIVE_BUILTINS = frozenset({"threadIdx.x", "blockIdx.x", "blockDim.x", "gridDim.x"})
+AXES = ("x", "y")
+GLOBAL = {axis: f"⟨global index {axis}⟩" for axis in AXES}  # the atoms the global indices are rewritten to
+_G = {a: Form.atom(f"blockIdx.{a}") * Form.atom(f"blockDim.{a}") + Form.atom(f"threadIdx.{a}") for a in AXES}
+_NEVER_NEGATIVE_BUILTINS = frozenset(
+    f"{b}.{a}" for b in ("threadIdx", "blockIdx", "blockDim", "gridDim") for a in AXES
+)
 
 
 @dataclass(frozen=True)
@@ -38,23 +41,33 @@ class Reach:
     elements needed (the largest offset + 1), as forms of the integer parameters whose `text()` is a spec
     expression (a division atom is named by its expression, `((n - 1) // spatial)`)."""
 
-    threads: Form  # the global index's bound: the threads that get past the guard
+    threads: tuple[Form, ...]  # each global index's bound (x, then y): the threads that get past the guard
     lowest: dict[str, list[Form]]  # per buffer, one per distinct access form
     needed: dict[str, list[Form]]  # likewise; a spec's shape is their max
     work: list[Form]  # per access, the loop iterations one thread runs to reach it, at most
+    # the offsets stored to, with `GLOBAL[axis]` for each global index (for the caller's check that two
+    # threads never store to one element)
+    stored: list[Form]
 
 
-def reach(facts: KernelFacts, sizes: frozenset[str]) -> Reach | str:
-    """The reach of a 1-D kernel whose global x index is bounded by its guard (or by a grid-stride loop's
-    condition), in terms of `sizes` (its integer parameters); why not, for any other kernel."""
+def reach(facts: KernelFacts, sizes: frozenset[str], axes: tuple[str, ...] = ("x",)) -> Reach | str:
+    """The reach of a kernel whose global index along each of `axes` is bounded by its guard (or, along
+    x alone, by a grid-stride loop's condition), in terms of `sizes` (its integer parameters); why not,
+    for any other kernel."""
     ranges = _Ranges(facts, sizes)
-    threads = ranges.threads()
-    if isinstance(threads, str):
-        return threads
+    threads = []
+    for axis in axes:
+        bound = ranges.threads(axis)
+        if isinstance(bound, str):
+            return bound
+        threads.append(bound)
     lowest: dict[str, list[Form]] = {}
     needed: dict[str, list[Form]] = {}
     work: list[Form] = []
+    stored: list[Form] = []
     for access in facts.accesses:
+        if access.write and (offset := ranges.in_global_indices(access.offset)) not in stored:
+            stored.append(offset)
         span = ranges.span(access.offset)
         if isinstance(span, str) or span.high is None:
             why = span if isinstance(span, str) else "no largest index"
@@ -66,7 +79,7 @@ def reach(facts: KernelFacts, sizes: frozenset[str]) -> Reach | str:
         if isinstance(trips, str):
             return trips
         work.append(trips)
-    return Reach(threads, lowest, needed, work)
+    return Reach(tuple(threads), lowest, needed, work, stored)
 
 
 def evaluate_form(form: Form, values: Mapping[str, int]) -> int:
@@ -82,33 +95,34 @@ class _Ranges:
         self.loops: dict[str, list[Loop]] = {}
         for loop in facts.loops:
             self.loops.setdefault(loop.variable, []).append(loop)
-        self.bound: Form | None = None  # the global index's, once threads() found it
-        self.global_form = _G
+        self.bounds: dict[str, Form] = {}  # each global index's, once threads() found it
+        self.global_forms = dict(_G)
 
-    def threads(self) -> Form | str:
-        """The bound of the global index: its guard's (`if (i >= n) return;`, also a piece of it:
-        `if (i / w >= h)` bounds i by h * w), else a grid-stride loop's condition."""
+    def threads(self, axis: str) -> Form | str:
+        """The bound of the global index along the axis: its guard's (`if (i >= n) return;`, also a piece
+        of it: `if (i / w >= h)` bounds i by h * w), else (along x) a grid-stride loop's condition."""
         guard = self.facts.guard
         for bound in guard.bounds if guard is not None else ():
             form = bound.index_form
             if form is None or not bound.bound.atoms() <= self.sizes:
                 continue
-            if _is_global(form):
-                self.global_form, self.bound = form, bound.bound
-                return self.bound
+            if _is_global(form, axis):
+                self.global_forms[axis], self.bounds[axis] = form, bound.bound
+                return bound.bound
             (atom,) = form.atoms() if len(form.atoms()) == 1 else ("",)
             op, numerator, denominator = self.atoms.operations.get(atom, ("", Form(), Form()))
-            whole = form == Form.atom(atom) and op == "/" and _is_global(numerator)
+            whole = form == Form.atom(atom) and op == "/" and _is_global(numerator, axis)
             if whole and denominator.atoms() <= self.sizes:
-                self.global_form, self.bound = numerator, bound.bound * denominator
-                return self.bound
-        for loop in self.facts.loops:
+                self.global_forms[axis], self.bounds[axis] = numerator, bound.bound * denominator
+                return self.bounds[axis]
+        for loop in self.facts.loops if axis == "x" else ():
             strides_grid = loop.step == Form.atom("blockDim.x") * Form.atom("gridDim.x")
             sized = loop.bound.atoms() <= self.sizes
-            if loop.depth == 0 and _is_global(loop.start) and strides_grid and sized:
-                self.global_form, self.bound = loop.start, loop.bound
-                return self.bound
-        return "no bound on the global index (an `if (i < n)` guard or a grid-stride loop over n)"
+            if loop.depth == 0 and _is_global(loop.start, axis) and strides_grid and sized:
+                self.global_forms[axis], self.bounds[axis] = loop.start, loop.bound
+                return loop.bound
+        along = "" if axis == "x" else f" along {axis}"
+        return f"no bound on the global index{along} (an `if (i < n)` guard or a grid-stride loop over n)"
 
     def span(self, form: Form) -> Span | str:
         low, high = Form(), Form()
@@ -154,22 +168,27 @@ class _Ranges:
                 return total  # a strided loop runs fewer: an estimate is enough for sizing
         return total
 
+    def in_global_indices(self, form: Form) -> Form:
+        return self._global(form)
+
     def _global(self, form: Form) -> Form:
-        """The form with `c * (blockIdx.x * blockDim.x + threadIdx.x)` as c times the global index."""
-        if self.bound is None:
-            return form
-        weight = form.coefficient("threadIdx.x")
-        if weight is None or not weight.atoms() <= self.sizes:
-            return form
-        rest = form - weight * self.global_form
-        if "threadIdx.x" in rest.atoms() or "blockIdx.x" in rest.atoms():
-            return form
-        return rest + weight * Form.atom(GLOBAL)
+        """The form with `c * (blockIdx.x * blockDim.x + threadIdx.x)` as c times the global index (and
+        likewise along y)."""
+        for axis, bound in self.bounds.items():
+            del bound
+            weight = form.coefficient(f"threadIdx.{axis}")
+            if weight is None or not weight.atoms() <= self.sizes:
+                continue
+            rest = form - weight * self.global_forms[axis]
+            if f"threadIdx.{axis}" in rest.atoms() or f"blockIdx.{axis}" in rest.atoms():
+                continue
+            form = rest + weight * Form.atom(GLOBAL[axis])
+        return form
 
     def _atom(self, atom: str) -> Span | str:
-        if atom == GLOBAL:
-            assert self.bound is not None
-            return Span(Form(), self.bound - Form.constant(1))
+        axis = next((a for a, name in GLOBAL.items() if name == atom), None)
+        if axis is not None:
+            return Span(Form(), self.bounds[axis] - Form.constant(1))
         if atom in self.sizes:
             return Span(Form.atom(atom), Form.atom(atom))
         if atom in _NEVER_NEGATIVE_BUILTINS:
@@ -226,19 +245,20 @@ def _exact_division(numerator: Form, denominator: Form) -> Form | None:
     whole = exact_quotient(numerator, denominator)
     if whole is not None:
         return whole
-    atoms = sorted(numerator.atoms() - {GLOBAL})
+    atoms = sorted(numerator.atoms() - set(GLOBAL.values()))
     candidates = [Form.atom(a) for a in atoms]
     candidates += [Form.atom(a) * Form.atom(b) for i, a in enumerate(atoms) for b in atoms[i:]]
     return next((q for q in candidates if denominator * q == numerator), None)
 
 
-def _is_global(form: Form) -> bool:
+def _is_global(form: Form, axis: str) -> bool:
     """`blockIdx.x * blockDim.x + threadIdx.x`, or with a constant for blockDim.x (`128 * blockIdx.x +
-    threadIdx.x`: the spec's block is then that constant)."""
-    if form == _G:
+    threadIdx.x`: the spec's block is then that constant); likewise along y."""
+    if form == _G[axis]:
         return True
-    step = (form - Form.atom("threadIdx.x")).coefficient("blockIdx.x")
-    rest = form - Form.atom("threadIdx.x") - (step or Form()) * Form.atom("blockIdx.x")
+    thread = Form.atom(f"threadIdx.{axis}")
+    step = (form - thread).coefficient(f"blockIdx.{axis}")
+    rest = form - thread - (step or Form()) * Form.atom(f"blockIdx.{axis}")
     return step is not None and (step.value() or 0) > 0 and not rest.terms
 
 

@@ -144,7 +144,7 @@ def infer_spec(
         layout = _layout_1d(names[0], analysis) if len(names) == 1 else _layout_2d(names, analysis, ordered)
         if not isinstance(layout, str):  # compiled for these sizes: run and verified at them alone
             layout = replace(layout, sizes=dict(fixed), verify=dict(fixed), summary=_fixed_summary(fixed))
-    elif len(int_scalars) >= 3 and not analysis.uses_y:
+    elif len(int_scalars) >= 3:
         sizes = [p for p, _ in int_scalars]
         layout = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
     else:
@@ -271,19 +271,23 @@ def _layout_several(
     renamed = [p.name for p in sizes if size_of[p.name] != p.name]
     if renamed:  # the analysis' forms name the parameters; a size of another name would not match
         return f"integer parameters named like reserved words ({', '.join(renamed)}): write a spec"
-    found = several_sizes(kernel, source, body, instantiate, sizes, path)
+    two_d = analysis.uses_y
+    found = several_sizes(kernel, source, body, instantiate, sizes, path, two_d)
     if isinstance(found, str):
         names = ", ".join(p.name for p in sizes)
-        return f"{found}; a 1-D kernel over {len(sizes)} integer sizes ({names})"
+        return f"{found}; a {'2-D' if two_d else '1-D'} kernel over {len(sizes)} integer sizes ({names})"
+    grid = tuple(
+        f"ceil_div({threads}, block.{axis})" for threads, axis in zip(found.threads, "xy", strict=False)
+    )
     return Layout(
-        pattern="1-D over several sizes",
+        pattern=f"{'2-D' if two_d else '1-D'} over several sizes",
         summary=found.summary,
         sizes=found.bench,
         verify=found.verify,
-        block=(256,),
-        grid=(f"ceil_div({found.threads}, block.x)",),
+        block=(32, 8) if two_d else (256,),
+        grid=grid,
         shape_of={array: (shape,) for array, shape in found.shapes.items()},
-        full_shape=(found.threads,),
+        full_shape=(" * ".join(f"({t})" for t in found.threads) if two_d else found.threads[0],),
     )
 
 

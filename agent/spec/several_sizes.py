@@ -46,7 +46,7 @@ _MOST_HALVINGS = 400
 class Sized:
     """What the layout needs: the threads (an expression), each buffer's shape, the sizes."""
 
-    threads: str
+    threads: tuple[str, ...]  # along x, then y
     shapes: dict[str, str]
     bench: dict[str, int]
     verify: dict[str, int]
@@ -60,18 +60,22 @@ def several_sizes(
     instantiate: str | None,
     sizes: Sequence[Parameter],
     path: Path | None = None,
+    two_d: bool = False,
 ) -> Sized | str:
-    """The threads, shapes and sizes of a 1-D kernel over the integer parameters `sizes`; why not. `path`:
+    """The threads, shapes and sizes of a kernel over the integer parameters `sizes` (`two_d`: a thread
+    per (y, x), both bounded by the guard); why not. `path`:
     the file's, whose own headers' #defines the analysis reads (`BLOCK_SIZE * blockIdx.x + threadIdx.x`)."""
     # The analysis reads targets, which read specs: imported here, once a spec is being inferred.
-    from cuda_agent.agent.analysis import analyse
+    from cuda_agent.agent.analysis import analyse, assigned_names
     from cuda_agent.agent.analysis.reach import GLOBAL, evaluate_form, reach
     from cuda_agent.agent.proposers.tree import KernelTree
     from cuda_agent.agent.targets import KernelTarget
 
     names = frozenset(p.name for p in sizes)
-    # A provisional 1-D launch: under it blockIdx.y reads as 0 (a line of blocks is the x index).
-    provisional = KernelSpec(kernel.name, (), LaunchSpec((256,), ("1",)), instantiate=instantiate)
+    axes = ("x", "y") if two_d else ("x",)
+    # A provisional launch of that rank: under a 1-D one blockIdx.y reads as 0 (a line of blocks is x).
+    launch = LaunchSpec((32, 8), ("1", "1")) if two_d else LaunchSpec((256,), ("1",))
+    provisional = KernelSpec(kernel.name, (), launch, instantiate=instantiate)
     target = KernelTarget(path or Path("kernel.cu"), source, kernel, provisional)
     assert body.parent is not None  # a compound statement is never the root
     facts = analyse(KernelTree(target, source.encode("utf-8"), body.parent, body))
@@ -79,25 +83,31 @@ def several_sizes(
         return "the body is beyond the analysis"
     if facts.unmodelled:
         return "an access the analysis cannot place (a 2-D array, shared or local memory)"
-    found = reach(facts, names)
+    moved = sorted(p.name for p in kernel.parameters if p.is_pointer and p.name in assigned_names(body))
+    if moved:  # `out = out + y * pitch + x;`: where it points is no longer the buffer's start
+        return f"{', '.join(moved)} moved in the body"
+    found = reach(facts, names, axes)
     if isinstance(found, str):
         return found
-    if GLOBAL in found.threads.text():
+    counted = {atom for bound in found.threads for atom in bound.atoms()}
+    if counted & set(GLOBAL.values()):
         return "the thread count depends on the threads"
-    bench_start = _start(found.threads.atoms(), names, BENCH_THREADS, (BENCH_SIZE,), power_of_two=True)
-    verify_start = _start(found.threads.atoms(), names, VERIFY_THREADS, VERIFY_SIZES, power_of_two=False)
+    total = found.threads[0] * found.threads[1] if two_d else found.threads[0]
+    bench_start = _start(counted, names, BENCH_THREADS, (BENCH_SIZE,), power_of_two=True)
+    verify_start = _start(counted, names, VERIFY_THREADS, VERIFY_SIZES, power_of_two=False)
     for name in names:
         if (by_name := _by_name(name)) is not None:
             bench_start[name], verify_start[name] = by_name
     shapes = {array: _max_text(_undominated(forms)) for array, forms in found.needed.items()}
-    costs = [found.threads * w for w in found.work] or [found.threads]
+    costs = [total * w for w in found.work] or [total]
     # Divisors and counts that must stay at least 1 (a window wider than its row makes `h - k + 1` negative).
-    positive = [found.threads, *(f for forms in found.needed.values() for f in forms)]
+    positive = [*found.threads, *(f for forms in found.needed.values() for f in forms)]
     positive += [
         denominator
         for _, _, denominator in facts.atoms.operations.values()
         if denominator.atoms() and denominator.atoms() <= names
     ]
+    positive += _one_store_a_thread(found.stored, found.threads, GLOBAL, bench_start)
     fitted = []
     for start, caps in ((bench_start, BENCH_CAPS), (verify_start, VERIFY_CAPS)):
         values = _fit(start, list(shapes.values()), [c.text() for c in costs], caps, names, positive)
@@ -112,9 +122,33 @@ def several_sizes(
                 return f"{array} is read {-lowest} elements before its start at {_listed(values)}"
         fitted.append(values)
     bench, verify = fitted
-    threads = found.threads.text()
-    summary = f"{threads} threads; {_listed(bench)}, verified at {_listed(verify)}"
+    threads = tuple(bound.text() for bound in found.threads)
+    summary = f"{' × '.join(threads)} threads; {_listed(bench)}, verified at {_listed(verify)}"
     return Sized(threads, shapes, bench, verify, summary)
+
+
+def _one_store_a_thread(
+    stored: list[Form], threads: tuple[Form, ...], globals_: Mapping[str, str], values: Mapping[str, int]
+) -> list[Form]:
+    """Forms to keep at least 1 so that no two threads store to one element: where a store's offset is
+    `cy * y + cx * x + ...`, the outer stride covers the inner axis (`cy >= cx * width`: a pitch at least
+    a row's length); which axis is outer is read at the starting sizes."""
+    from cuda_agent.agent.analysis.forms import Form
+
+    kept: list[Form] = []
+    if len(threads) < 2:
+        return kept
+    for offset in stored:
+        cx, cy = (offset.coefficient(globals_[axis]) for axis in ("x", "y"))
+        if cx is None or cy is None or not cx.terms or not cy.terms:
+            continue
+        try:
+            outer_y = _value(cy.text(), values) >= _value(cx.text(), values)
+        except ExpressionError:
+            continue
+        outer, inner, count = (cy, cx, threads[0]) if outer_y else (cx, cy, threads[1])
+        kept.append(outer - inner * count + Form.constant(1))
+    return kept
 
 
 def _start(
@@ -179,11 +213,12 @@ def _fit(
     return "the sizes did not fit their caps"
 
 
-# Sizes whose names say what they are: a stride or a leading dimension (1 at the benchmark, the elements
-# one after another, and 2 when verifying), an offset (0, and 3), a convolution or pooling window (3), a
-# padding (1). Any other size is fitted to the work.
+# Sizes whose names say what they are: a stride (1 at the benchmark, the elements one after another, and 2
+# when verifying), an offset (0, and 3), a convolution or pooling window (3), a padding (1). Any other size
+# is fitted to the work (a pitch or a leading dimension too: kept at least a row's length, see
+# `_one_store_a_thread`).
 _NAMED = (
-    (re.compile(r"(?i)^(inc[a-z]?|stride(_?[a-z])?|strides|step|pitch|ld[a-z]?)$"), (1, 2)),
+    (re.compile(r"(?i)^(inc[a-z]?|stride(_?[a-z])?|strides|step)$"), (1, 2)),
     (re.compile(r"(?i)(^|_)(offset|off)(_|$)|^offset|offset$|^(start|begin|first)$"), (0, 3)),
     # `K` alone is often a count of output channels: only a lower-case k is taken for a window
     (re.compile(r"^(k|ks|k[lhwLHW])$|^(?i:ksize|kernel_?size|filter_?size|window|win)$"), (3, 3)),
