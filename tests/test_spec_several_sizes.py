@@ -111,6 +111,7 @@ def test_a_thread_per_channel_reads_the_product_of_the_sizes_and_stays_under_the
         sizes = spec.sizes | sizes
         assert elements(spec, sizes)["in"] <= caps.elements
         assert sizes["channels"] * sizes["batch"] * sizes["plane"] <= caps.work
+        assert sizes["batch"] * sizes["plane"] <= caps.thread_work  # one thread's loops stay short
     assert spec.sizes["channels"] >= 256  # enough threads to be worth timing
     assert spec.reduction == "batch * plane"  # the sum's length scales its tolerance
 

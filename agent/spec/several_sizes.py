@@ -35,10 +35,13 @@ VERIFY_SIZES = (7, 5, 11, 3, 13, 9, 17, 19, 15, 23, 21, 29, 27, 31, 25, 37)  # d
 class Caps:
     elements: int  # of any one buffer
     work: int  # the threads times the loop iterations of one thread
+    # one thread's loop iterations: a thread per channel looping over a batch of planes is latency-bound,
+    # and an original that takes 100 ms leaves the search's measurements few
+    thread_work: int
 
 
-BENCH_CAPS = Caps(elements=1 << 25, work=1 << 28)
-VERIFY_CAPS = Caps(elements=1 << 21, work=1 << 24)
+BENCH_CAPS = Caps(elements=1 << 25, work=1 << 28, thread_work=1 << 14)
+VERIFY_CAPS = Caps(elements=1 << 21, work=1 << 24, thread_work=1 << 12)
 _MOST_HALVINGS = 400
 
 
@@ -110,7 +113,9 @@ def several_sizes(
     positive += _one_store_a_thread(found.stored, found.threads, GLOBAL, bench_start)
     fitted = []
     for start, caps in ((bench_start, BENCH_CAPS), (verify_start, VERIFY_CAPS)):
-        values = _fit(start, list(shapes.values()), [c.text() for c in costs], caps, names, positive)
+        capped = [(text, caps.elements) for text in shapes.values()]
+        capped += [(c.text(), caps.work) for c in costs] + [(w.text(), caps.thread_work) for w in found.work]
+        values = _fit(start, capped, names, positive)
         if isinstance(values, str):
             return values
         for array, lows in found.lowest.items():
@@ -172,17 +177,11 @@ def _start(
 
 
 def _fit(
-    values: dict[str, int],
-    shapes: list[str],
-    costs: list[str],
-    caps: Caps,
-    names: frozenset[str],
-    positive: list[Form],
+    values: dict[str, int], capped: list[tuple[str, int]], names: frozenset[str], positive: list[Form]
 ) -> dict[str, int] | str:
     """The sizes with, first, the largest size that makes a divisor or count below 1 halved, then the
-    largest size of whatever is over its cap, until nothing is."""
+    largest size of whatever is over its cap (`capped`: expression, cap), until nothing is."""
     values = dict(values)
-    capped = [(text, caps.elements) for text in shapes] + [(text, caps.work) for text in costs]
     for _ in range(_MOST_HALVINGS):
         try:
             below = next((f for f in positive if _value(f.text(), values) < 1), None)
