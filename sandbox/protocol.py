@@ -55,8 +55,8 @@ class TimeRequest:
     ceilings_tflops: float | None = None
     base_seed: int | None = None  # None: fresh seeds from the OS; set only to replay a run
     # With two kernels: stop as soon as the verdict and the speedup are settled (paired.settled), not at
-    # the budget. A search's screening measurement; what is shown is timed again without it
-    # (Engine.confirm).
+    # the budget, and check the last run's outputs alone. A search's screening measurement; what is shown
+    # is timed again without it, every check included (Engine.confirm).
     settle_early: bool = False
 
 

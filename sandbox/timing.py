@@ -9,7 +9,7 @@ oracle on the same inputs replayed from their seed; every timed run's outputs ar
 leftover poison on the GPU (one pass, read at the end). A kernel that behaves differently once it has
 been launched many times fails "timed_mismatch". A median below what the measured ceilings allow is
 "implausible". Guards are filled once, so an out-of-bounds write in any round shows at the end.
-A search's screening (TimeRequest.settle_early) stops once its verdict is settled.
+A search's screening (TimeRequest.settle_early) stops once settled and checks the last run alone.
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ class _Bench:
         # Per kernel: slot 0 the last timed run, slots 1.. a reservoir sample of the others.
         self.snapshots: list[list[Snapshot | None]] = [[None] * (1 + SAMPLED_RUNS) for _ in self.kernels]
         self.unwritten: list[list[Any]] = [[] for _ in self.kernels]  # device counts, one per timed run
+        # A search's screening (settle_early) checks the last run's outputs alone: the rewrite it chooses is
+        # measured again in full, every check included, before it is shown (Engine.confirm).
+        self.screening = request.settle_early
 
     def enqueue(self, index: int, seed: int, slot: int | None, timed: bool) -> list[tuple[Any, Any]]:
         """Queue one round (every kernel once, order alternating) without waiting; return its events."""
@@ -77,7 +80,7 @@ class _Bench:
             launch(self.functions[j], self.plans[j], argset.launch_args(), self.stream)
             events[j][1].record(self.stream)
             # Queued behind the kernel on its own stream, no device-wide sync: what it left is what we see.
-            if timed and self.poisoned:
+            if timed and self.poisoned and not self.screening:
                 self.unwritten[j].append(
                     sum(count_poisoned(argset.buffers[n].data, poison) for n in self.poisoned)
                 )
@@ -134,7 +137,7 @@ def time_kernels(
                 )
             )
         )
-        slot = 0 if last else _reservoir_slot(run, chooser)
+        slot = 0 if last else None if bench.screening else _reservoir_slot(run, chooser)
         in_flight.append(bench.enqueue(run, base_seed + 1_000_000 + run, slot, timed=True))
         run += 1
         while in_flight and (len(in_flight) > 1 or last):
@@ -155,7 +158,8 @@ def time_kernels(
     function = modules.function(reference.compiled, "reference")
     oracle = Oracle(request.problem, function, reference.launches[0], stream, beat)
     failures = _timed_output_failures(request, oracle, bench.snapshots, run, beat)
-    failures += _unwritten_in_timed_runs(request, modules, stream, bench.unwritten, base_seed, beat)
+    if not bench.screening:
+        failures += _unwritten_in_timed_runs(request, modules, stream, bench.unwritten, base_seed, beat)
     for kernel, argset in zip(request.kernels, bench.sets, strict=True):
         guard = argset.check_guards()  # filled once: any out-of-bounds write in any round shows here
         if guard is not None:
