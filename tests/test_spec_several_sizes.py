@@ -14,6 +14,8 @@ from cuda_agent.agent.spec.infer import infer_spec
 from cuda_agent.agent.spec.several_sizes import BENCH_CAPS, VERIFY_CAPS
 from cuda_agent.agent.targets import load_targets
 
+ROOT = Path(__file__).resolve().parents[1]
+
 # A flat index over (batch, channels, plane), the channel read out of it: a per-channel scale.
 SCALE_CHANNELS = """
 __global__ void scale_channels(int total, float *x, const float *gamma, int batch, int channels, int plane)
@@ -206,6 +208,17 @@ def test_a_2d_kernel_over_several_sizes_keeps_each_row_inside_its_pitch() -> Non
 def test_a_buffer_pointer_moved_in_the_body_is_refused() -> None:
     source = CHANNEL_SUMS.replace("    float acc = 0;", "    in += c;\n    float acc = 0;")
     assert "in moved in the body" in refusal(source)
+
+
+def test_a_pytorch_extensions_kernel_gets_a_spec_it_compiles_with() -> None:
+    """Launched inside AT_DISPATCH_FLOATING_TYPES as `k<scalar_t>`: scalar_t is the macro's, not a type
+    the file declares, so the instantiation stays the spec's own (float); the launch's block is kept."""
+    target = load_targets(ROOT / "tests" / "programs" / "torch_ext.cu").find("fused_bias_leaky_relu_kernel")
+    assert target is not None and target.spec is not None, target and target.note
+    spec = target.spec
+    assert spec.instantiate == "fused_bias_leaky_relu_kernel<float>"
+    assert shapes(spec) == {"x": ("numel",), "bias": ("channels",), "y": ("numel",)}
+    assert spec.launch.block == (1024,)
 
 
 @pytest.mark.gpu

@@ -1336,7 +1336,10 @@ def _launch_instantiation(
     constants = _Translation(file)  # a template argument is a number, never the spec's size or block
     for parameter, argument in zip(kernel.template_parameters, given, strict=False):
         if parameter.kind == "type":  # `k<half_t>` with `using half_t = __half;`: the type it names
-            values.append(file.typedefs.get(_base_type(file.text(argument)), file.text(argument)))
+            named_type = file.typedefs.get(_base_type(file.text(argument)), file.text(argument))
+            if not _declared_type(file, named_type):
+                return None  # `k<scalar_t>` in an AT_DISPATCH lambda: a type a macro declares, not the file
+            values.append(named_type)
             continue
         named = argument.named_children[0] if argument.type == "type_descriptor" else argument
         axes = [block[key] for key in _definition_chain(named, scope) if key in (block or {})]
@@ -1347,6 +1350,18 @@ def _launch_instantiation(
         else:
             values.append(str(_value(constants.expression(argument, scope))))
     return f"{kernel.qualified_name}<{', '.join(values)}>"
+
+
+def _declared_type(file: ProgramHost, name: str) -> bool:
+    """A type the file's compile knows by that name: a C type, or one the file declares (a struct, a
+    class, an alias, a typedef)."""
+    base = _base_type(name)
+    if dtype_of_c_type(base) is not None or name in file.typedefs.values() or base in file.typedefs:
+        return True
+    if not re.fullmatch(r"[A-Za-z_]\w*", base):
+        return True  # a qualified or templated name (`std::complex<float>`, `ns::T`): not ours to judge
+    declared = rf"\b(struct|class|union|enum)\s+{base}\b|\busing\s+{base}\s*=|\btypedef\b[^;]*\b{base}\s*;"
+    return re.search(declared.encode(), file.data) is not None
 
 
 # -- the spec ------------------------------------------------------------------------------------------------
