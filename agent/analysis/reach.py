@@ -15,9 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 from cuda_agent.agent.analysis.facts import KernelFacts, Loop
-from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Form, exact_quotient
+from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.values import text
+from tree_sitter import Node
 
 AXES = ("x", "y")
 GLOBAL = {axis: f"⟨global index {axis}⟩" for axis in AXES}  # the atoms the global indices are rewritten to
@@ -45,9 +47,18 @@ class Reach:
     lowest: dict[str, list[Form]]  # per buffer, one per distinct access form
     needed: dict[str, list[Form]]  # likewise; a spec's shape is their max
     work: list[Form]  # per access, the loop iterations one thread runs to reach it, at most
-    # the offsets stored to, with `GLOBAL[axis]` for each global index (for the caller's check that two
-    # threads never store to one element)
+    # the offsets stored to outside loops, with `GLOBAL[axis]` for each global index (for the caller's
+    # check that two threads never store to one element)
     stored: list[Form]
+    atoms: Atoms  # what the division atoms of the forms stand for
+
+    def offsets(self, form: Form, values: Mapping[str, int], most: int) -> np.ndarray | None:
+        """The form's value for each of the first `most` threads of a 1-D launch at these sizes, or None
+        where it reads anything but the index and the sizes (a loop counter)."""
+        index = np.arange(min(evaluate_form(self.threads[0], values), most), dtype=np.int64)
+        # one block as wide as the launch: blockIdx.x * blockDim.x + threadIdx.x is the thread's position
+        launch = {"threadIdx.x": index, "blockIdx.x": 0, "blockDim.x": 1, "gridDim.x": 1}
+        return _evaluated(form, {GLOBAL["x"]: index, **launch, **values}, self.atoms)
 
 
 def reach(facts: KernelFacts, sizes: frozenset[str], axes: tuple[str, ...] = ("x",)) -> Reach | str:
@@ -66,7 +77,12 @@ def reach(facts: KernelFacts, sizes: frozenset[str], axes: tuple[str, ...] = ("x
     work: list[Form] = []
     stored: list[Form] = []
     for access in facts.accesses:
-        if access.write and (offset := ranges.in_global_indices(access.offset)) not in stored:
+        if (
+            access.write
+            and not access.loops
+            and not _stores_a_constant(access.node)
+            and (offset := ranges.in_global_indices(access.offset)) not in stored
+        ):
             stored.append(offset)
         span = ranges.span(access.offset)
         if isinstance(span, str) or span.high is None:
@@ -79,7 +95,43 @@ def reach(facts: KernelFacts, sizes: frozenset[str], axes: tuple[str, ...] = ("x
         if isinstance(trips, str):
             return trips
         work.append(trips)
-    return Reach(tuple(threads), lowest, needed, work, stored)
+    return Reach(tuple(threads), lowest, needed, work, stored, facts.atoms)
+
+
+def _stores_a_constant(node: Node) -> bool:
+    """`out[corner] = 0;`: threads that store the same number to one element do not race."""
+    parent = node.parent
+    if parent is None or parent.type != "assignment_expression":
+        return False
+    operator, right = parent.child_by_field_name("operator"), parent.child_by_field_name("right")
+    constant = right is not None and right.type == "number_literal"
+    return operator is not None and operator.type == "=" and constant
+
+
+def _evaluated(
+    form: Form, env: Mapping[str, object], atoms: Atoms, known: dict[str, object] | None = None
+) -> np.ndarray | None:
+    known = {} if known is None else known  # division atoms already evaluated: pieces share their numerators
+    total: object = 0
+    for monomial, coefficient in form.terms.items():
+        term: object = coefficient
+        for atom in monomial:
+            value = env.get(atom, known.get(atom))
+            if value is None:
+                operation = atoms.operations.get(atom)
+                if operation is None:
+                    return None
+                op, numerator, denominator = operation
+                top, bottom = (
+                    _evaluated(numerator, env, atoms, known),
+                    _evaluated(denominator, env, atoms, known),
+                )
+                if top is None or bottom is None or np.any(np.asarray(bottom) <= 0):
+                    return None
+                value = known[atom] = top // bottom if op == "/" else top % bottom
+            term = term * value  # type: ignore[operator]
+        total = total + term  # type: ignore[operator]
+    return np.asarray(total)
 
 
 def evaluate_form(form: Form, values: Mapping[str, int]) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from cuda_agent.agent.kernels import Kernel, Parameter
 from cuda_agent.agent.spec.expressions import ExpressionError, referenced_names
 from cuda_agent.agent.spec.model import KernelSpec, LaunchSpec
@@ -24,6 +25,7 @@ from tree_sitter import Node
 
 if TYPE_CHECKING:  # the analysis reads targets, which read specs
     from cuda_agent.agent.analysis.forms import Form
+    from cuda_agent.agent.analysis.reach import Reach
 
 BENCH_THREADS = 1 << 24
 BENCH_SIZE = 1024  # a size the threads do not count, before fitting
@@ -127,9 +129,26 @@ def several_sizes(
                 return f"{array} is read {-lowest} elements before its start at {_listed(values)}"
         fitted.append(values)
     bench, verify = fitted
+    for values in () if two_d else fitted:
+        if (clash := _stored_twice(found, values)) is not None:
+            return clash
     threads = tuple(bound.text() for bound in found.threads)
     summary = f"{' × '.join(threads)} threads; {_listed(bench)}, verified at {_listed(verify)}"
     return Sized(threads, shapes, bench, verify, summary)
+
+
+_MOST_THREADS_CHECKED = 1 << 18
+
+
+def _stored_twice(found: Reach, values: Mapping[str, int]) -> str | None:
+    """Why the sizes are refused where two threads of a 1-D launch store to one element at them (the
+    original would race: darknet's shortcut kernel at sizes its host code would not pick)."""
+    for form in found.stored:
+        offsets = found.offsets(form, values, _MOST_THREADS_CHECKED)  # the first threads: enough to see
+        if offsets is not None and offsets.size > 1 and len(np.unique(offsets)) < offsets.size:
+            sizes = _listed(values)
+            return f"two threads store to one element at {sizes}: its sizes relate in a way not read here"
+    return None
 
 
 def _one_store_a_thread(
