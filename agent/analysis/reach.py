@@ -1,7 +1,7 @@
 """How far a kernel's accesses reach, as expressions of its integer parameters: the range analysis that
 sizes the buffers of an inferred spec whose indices are products and pieces of several sizes.
 
-Every atom of an access's offset gets a range: the guarded global index [0, bound), a loop variable
+Every atom of an access's offset gets a range: a guarded global index [0, bound) (x, and y), a loop variable
 [start, bound), a piece of either (`(i / spatial) % filters`: [0, filters); `i / spatial`: [0, (bound - 1)
 // spatial]), a parameter itself. A polynomial in atoms that are never negative is largest with each atom
 at its top where its term adds and at its bottom where it subtracts. The bound is safe (never below what
@@ -178,7 +178,7 @@ class _Ranges:
 
     def span(self, form: Form) -> Span | str:
         low, high = Form(), Form()
-        form = self._global(form)
+        form = self.in_global_indices(form)
         for monomial, coefficient in form.terms.items():
             spans = []
             for atom in monomial:
@@ -221,13 +221,9 @@ class _Ranges:
         return total
 
     def in_global_indices(self, form: Form) -> Form:
-        return self._global(form)
-
-    def _global(self, form: Form) -> Form:
         """The form with `c * (blockIdx.x * blockDim.x + threadIdx.x)` as c times the global index (and
         likewise along y)."""
-        for axis, bound in self.bounds.items():
-            del bound
+        for axis in self.bounds:
             weight = form.coefficient(f"threadIdx.{axis}")
             if weight is None or not weight.atoms() <= self.sizes:
                 continue

@@ -1,12 +1,15 @@
-"""The layout of a 1-D kernel with three or more integer parameters: darknet's `normalize_kernel(N, x,
-mean, variance, batch, filters, spatial)` (a flat index taken apart into pieces), `mean_delta_kernel` (a
-thread per filter looping over the batch and the spatial positions), a bias added over `n * size * batch`.
+"""The layout of a kernel over several integer sizes: darknet's `normalize_kernel(N, x, mean, variance,
+batch, filters, spatial)` (a flat index taken apart into pieces), `mean_kernel` (a thread per filter
+looping over the batch and the spatial positions), a bias added over `n * size * batch`, a 2-D kernel over
+rows a pitch apart read from a shifted start.
 
 Each buffer is as long as the analysis finds its accesses reach (analysis/reach.py), an expression of the
 sizes (`batch*filters*spatial`, `filters`), so it holds at any sizes. The sizes are chosen for the work:
 the benchmark starts from 2^24 threads and sizes of 1024 and halves the largest size of whatever is over
-its cap (a buffer's elements, the threads times one thread's loop iterations) until all fit; verification
-runs at small, distinct odd sizes (a rewrite that swaps two sizes does not pass), fitted the same way.
+its cap (a buffer's elements, the threads times one thread's loop iterations, one thread's iterations)
+until all fit; verification runs at small, distinct odd sizes (a rewrite that swaps two sizes does not
+pass), fitted the same way. Sizes at which the original would race (two threads storing to one element)
+or read before a buffer's start are refused, as is a kernel whose reach is not known.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from cuda_agent.agent.kernels import Kernel, Parameter
-from cuda_agent.agent.spec.expressions import ExpressionError, referenced_names
+from cuda_agent.agent.spec.expressions import ExpressionError, evaluate, referenced_names
 from cuda_agent.agent.spec.model import KernelSpec, LaunchSpec
 from tree_sitter import Node
 
@@ -68,8 +71,8 @@ def several_sizes(
     two_d: bool = False,
 ) -> Sized | str:
     """The threads, shapes and sizes of a kernel over the integer parameters `sizes` (`two_d`: a thread
-    per (y, x), both bounded by the guard); why not. `path`:
-    the file's, whose own headers' #defines the analysis reads (`BLOCK_SIZE * blockIdx.x + threadIdx.x`)."""
+    per (y, x), both bounded by the guard), or why not. `path`: the file's, whose own headers' #defines
+    the analysis reads (`BLOCK_SIZE * blockIdx.x + threadIdx.x`)."""
     # The analysis reads targets, which read specs: imported here, once a spec is being inferred.
     from cuda_agent.agent.analysis import analyse, assigned_names
     from cuda_agent.agent.analysis.reach import GLOBAL, evaluate_form, reach
@@ -87,7 +90,7 @@ def several_sizes(
     if facts is None:
         return "the body is beyond the analysis"
     if facts.unmodelled:
-        return "an access the analysis cannot place (a 2-D array, shared or local memory)"
+        return "an access the analysis cannot place (a 2-D array, shared or local memory, a lost pointer)"
     moved = sorted(p.name for p in kernel.parameters if p.is_pointer and p.name in assigned_names(body))
     if moved:  # `out = out + y * pitch + x;`: where it points is no longer the buffer's start
         return f"{', '.join(moved)} moved in the body"
@@ -157,7 +160,7 @@ def _one_store_a_thread(
     """Forms to keep at least 1 so that no two threads store to one element: where a store's offset is
     `cy * y + cx * x + ...`, the outer stride covers the inner axis (`cy >= cx * width`: a pitch at least
     a row's length); which axis is outer is read at the starting sizes."""
-    from cuda_agent.agent.analysis.forms import Form
+    from cuda_agent.agent.analysis.forms import Form  # see several_sizes: imported once inferring
 
     kept: list[Form] = []
     if len(threads) < 2:
@@ -211,7 +214,7 @@ def _fit(
             if not against:
                 return f"{below.text()} is below 1 at {_listed(values)}"
             name = max(against, key=lambda n: (values[n], n))
-            values[name] = max(1, values[name] // 2) | (values[name] & 1)
+            values[name] = _halved(values[name])
             continue
         worst, over = None, 1.0
         for text, cap in capped:
@@ -227,8 +230,13 @@ def _fit(
         if not shrinkable:
             return f"{worst} is over {dict(capped)[worst]} at the smallest sizes"
         name = max(shrinkable, key=lambda n: (values[n], n))
-        values[name] = max(1, values[name] // 2) | (values[name] & 1)
+        values[name] = _halved(values[name])
     return "the sizes did not fit their caps"
+
+
+def _halved(value: int) -> int:
+    """Half, kept odd where it was (verify sizes stay odd: a rewrite that assumes even sizes fails)."""
+    return max(1, value // 2) | (value & 1)
 
 
 # Sizes whose names say what they are: a stride (1 at the benchmark, the elements one after another, and 2
@@ -255,7 +263,7 @@ def _undominated(forms: list[Form]) -> list[str]:
         f
         for i, f in enumerate(forms)
         if not any(
-            j != i and all(c >= 0 for c in (g - f).terms.values()) and (g != f or j < i)
+            j != i and all(c >= 0 for c in (g - f).terms.values())  # forms come distinct
             for j, g in enumerate(forms)
         )
     ]
@@ -263,8 +271,6 @@ def _undominated(forms: list[Form]) -> list[str]:
 
 
 def _value(text: str, values: Mapping[str, int]) -> int:
-    from cuda_agent.agent.spec.expressions import evaluate
-
     return evaluate(text, values)
 
 
