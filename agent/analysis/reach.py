@@ -19,6 +19,7 @@ import numpy as np
 from cuda_agent.agent.analysis.facts import KernelFacts, Loop
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.values import text
+from cuda_agent.agent.spec.expressions import evaluate
 from tree_sitter import Node
 
 AXES = ("x", "y")
@@ -136,8 +137,6 @@ def _evaluated(
 
 def evaluate_form(form: Form, values: Mapping[str, int]) -> int:
     """The form's value with `values` for the parameters (division atoms evaluated too)."""
-    from cuda_agent.agent.spec.expressions import evaluate  # the spec reads the analysis: no cycle at import
-
     return evaluate(form.text(), values)
 
 
@@ -149,6 +148,7 @@ class _Ranges:
             self.loops.setdefault(loop.variable, []).append(loop)
         self.bounds: dict[str, Form] = {}  # each global index's, once threads() found it
         self.global_forms = dict(_G)
+        self.loop_spans: dict[str, Span | str] = {}  # each counter's, once asked (every access reads them)
 
     def threads(self, axis: str) -> Form | str:
         """The bound of the global index along the axis: its guard's (`if (i >= n) return;`, also a piece
@@ -244,7 +244,9 @@ class _Ranges:
         if atom in THREAD_ATOMS:
             return f"{atom}: the kernel is not 1-D"
         if atom in self.loops:
-            return self._loop(atom)
+            if atom not in self.loop_spans:
+                self.loop_spans[atom] = self._loop(atom)
+            return self.loop_spans[atom]
         operation = self.atoms.operations.get(atom)
         if operation is not None:
             return self._operation(*operation)

@@ -268,28 +268,27 @@ def _restarted_counters(body: Node) -> dict[str, set[tuple[int, int]]]:
     (`int j, k; for (j = 0; ...) for (k = 0; k < n; ++k)`): name -> the spans of the initialiser and the
     update, which carry nothing from one iteration of the outer loop to the next."""
     nodes = list(_nodes(body))
+    first_seen: dict[str, int] = {}  # where each name first appears
+    assigned: dict[str, set[tuple[int, int]]] = {}  # every assignment or update of each name
+    for node in nodes:
+        if node.type == "identifier":
+            first_seen.setdefault(text(node), node.start_byte)
+        if (name := _assigned_name(node)) is not None:
+            assigned.setdefault(name, set()).add(_span(node))
     found: dict[str, set[tuple[int, int]]] = {}
     for node in nodes:
         initializer = node.child_by_field_name("initializer") if node.type == "for_statement" else None
         if initializer is None or unwrap(initializer).type != "assignment_expression":
             continue
         name = _assigned_name(unwrap(initializer))
-        if name is None or any(_reads(n, name) and n.start_byte < node.start_byte for n in nodes):
+        if name is None or first_seen.get(name, node.start_byte) < node.start_byte:
             continue
         found.setdefault(name, set()).add(_span(unwrap(initializer)))
         update = node.child_by_field_name("update")
         if update is not None and _assigned_name(unwrap(update)) == name:
             found[name].add(_span(unwrap(update)))
     # assigned anywhere else in the body too: carried after all
-    return {
-        name: spans
-        for name, spans in found.items()
-        if not any(_assigned_name(n) == name and _span(n) not in spans for n in nodes)
-    }
-
-
-def _reads(node: Node, name: str) -> bool:
-    return node.type == "identifier" and text(node) == name
+    return {name: spans for name, spans in found.items() if assigned.get(name, set()) <= spans}
 
 
 def _span(node: Node) -> tuple[int, int]:

@@ -91,7 +91,8 @@ def several_sizes(
         return "the body is beyond the analysis"
     if facts.unmodelled:
         return "an access the analysis cannot place (a 2-D array, shared or local memory, a lost pointer)"
-    moved = sorted(p.name for p in kernel.parameters if p.is_pointer and p.name in assigned_names(body))
+    assigned = assigned_names(body)
+    moved = sorted(p.name for p in kernel.parameters if p.is_pointer and p.name in assigned)
     if moved:  # `out = out + y * pitch + x;`: where it points is no longer the buffer's start
         return f"{', '.join(moved)} moved in the body"
     found = reach(facts, names, axes)
@@ -170,7 +171,7 @@ def _one_store_a_thread(
         if cx is None or cy is None or not cx.terms or not cy.terms:
             continue
         try:
-            outer_y = _value(cy.text(), values) >= _value(cx.text(), values)
+            outer_y = evaluate(cy.text(), values) >= evaluate(cx.text(), values)
         except ExpressionError:
             continue
         outer, inner, count = (cy, cx, threads[0]) if outer_y else (cx, cy, threads[1])
@@ -206,7 +207,7 @@ def _fit(
     values = dict(values)
     for _ in range(_MOST_HALVINGS):
         try:
-            below = next((f for f in positive if _value(f.text(), values) < 1), None)
+            below = next((f for f in positive if evaluate(f.text(), values) < 1), None)
         except ExpressionError as exc:
             return str(exc)
         if below is not None:
@@ -219,7 +220,7 @@ def _fit(
         worst, over = None, 1.0
         for text, cap in capped:
             try:
-                ratio = _value(text, values) / cap
+                ratio = evaluate(text, values) / cap
             except ExpressionError as exc:
                 return f"{text}: {exc}"
             if ratio > over:
@@ -268,10 +269,6 @@ def _undominated(forms: list[Form]) -> list[str]:
         )
     ]
     return [f.text() for f in kept]
-
-
-def _value(text: str, values: Mapping[str, int]) -> int:
-    return evaluate(text, values)
 
 
 def _max_text(texts: list[str]) -> str:

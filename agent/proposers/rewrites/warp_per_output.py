@@ -243,14 +243,8 @@ def _strided_loop(tree: KernelTree, facts: KernelFacts, loop: Loop) -> Loop:
     trip = at_benchmark(tree, inner.trip) if inner.trip is not None else None
     if trip is None or trip < NESTED_TRIP:
         return loop  # a 3-wide window: the lanes would idle
-    accumulators = {name for r in loop.reductions for name in r.accumulators}
-    outside_inner = [
-        n
-        for n in walk(loop.body)
-        if not inner.node.start_byte <= n.start_byte < inner.node.end_byte
-        and n.type in ("assignment_expression", "update_expression")
-    ]
-    if any(_target_name(n) in accumulators for n in outside_inner):
+    updates = [node for r in loop.reductions for node in r.statements]
+    if any(not inner.node.start_byte <= node.start_byte < inner.node.end_byte for node in updates):
         return loop  # updated once a row too: every lane would add it
     accesses = facts.accesses_in(loop)
     reduced = {(r.combine, r.accumulators) for r in inner.reductions}
@@ -264,11 +258,6 @@ def _strided_loop(tree: KernelTree, facts: KernelFacts, loop: Loop) -> Loop:
     ):
         return loop
     return inner
-
-
-def _target_name(node: Node) -> str:
-    target = node.child_by_field_name("left" if node.type == "assignment_expression" else "argument")
-    return unwrap(target).text.decode() if target is not None and unwrap(target).text else ""
 
 
 def _walks_contiguously(facts: KernelFacts, loop: Loop) -> bool:
