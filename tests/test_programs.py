@@ -40,6 +40,8 @@ MATCHING = {
     ("gelu_bf16", "gelu_forward_kernel"),
     ("gelu_bf16", "gelu_backward_inplace_kernel"),
     ("layernorm_warp", "layernorm_forward_warp"),
+    ("particles_float4", "integrate_particles"),
+    ("particles_float4", "particle_speeds"),
     ("reduce_two_pass", "reduce_sum"),
     ("rmsnorm_rows", "rmsnorm_forward_kernel"),
     ("saxpy_stream", "saxpy_kernel"),

@@ -430,8 +430,8 @@ ELEMENT_WISE_BODY = "{ int i = blockIdx.x * blockDim.x + threadIdx.x; y[i] = x[i
         ),
         ("__global__ void k(const float* x, float* y) " + ELEMENT_WISE_BODY, "found 0"),
         (
-            "__global__ void k(const float4* x, float4* y, int n) { y[0] = x[0]; }",
-            "'const float4* x': element type float4* is not a plain number",
+            "__global__ void k(const Particle* x, Particle* y, int n) { y[0] = x[0]; }",
+            "'const Particle* x': element type Particle* is not a plain number",
         ),
         ("__global__ void k(float** x, int n) { x[0][0] = 1; }", "type float** is not a plain number"),
         ("template <int B>\n__global__ void k(float* y, int n) { y[0] = B; }", "with a value parameter"),
@@ -945,3 +945,121 @@ def test_a_value_read_through_the_index_is_data_not_an_index() -> None:
         "output",
         ("rows", "cols"),
     )
+
+
+def test_a_buffer_of_vector_types_is_its_components_with_a_trailing_axis():
+    """float4 points, uchar4 pixels, cuFFT's complex numbers: each element is `lanes` components, 16, 4
+    or 8 bytes apart as the kernel reads them, so the buffer is that many times longer than the index."""
+    points = inferred("""
+        __global__ void point_norms(const float4* __restrict__ p, float* norm, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) { float4 v = p[i]; norm[i] = sqrtf(v.x * v.x + v.y * v.y + v.z * v.z); }
+        }""")
+    assert roles(points) == {"p": ("input", ("n", "4")), "norm": ("output", ("n",)), "n": ("scalar", ())}
+    dtypes = {a.name: a.dtype for a in points.arguments if a.role != "scalar"}
+    assert dtypes == {"p": "float32", "norm": "float32"}
+    problem, _ = resolve(points)
+    assert {a.name: a.numel for a in problem.arguments if a.is_buffer} == {
+        "p": 4 * points.sizes["n"],
+        "norm": points.sizes["n"],
+    }
+    pixels = inferred("""
+        __global__ void to_gray(const uchar4* rgba, unsigned char* gray, int rows, int cols) {
+            int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+            if (x < cols && y < rows) {
+                uchar4 px = rgba[y * cols + x];
+                gray[y * cols + x] = (unsigned char)(0.299f * px.x + 0.587f * px.y + 0.114f * px.z);
+            }
+        }""")
+    assert roles(pixels)["rgba"] == ("input", ("rows", "cols", "4"))
+    assert next(a.dtype for a in pixels.arguments if a.name == "rgba") == "uint8"
+    source = """
+        typedef float2 Complex;
+        __global__ void scale_spectrum(Complex* data, int n, float scale) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) { data[i].x *= scale; data[i].y *= scale; }
+        }"""
+    spectrum, note = infer_spec(find_kernels(source)[0], source, typedefs={"Complex": "float2"})
+    assert spectrum is not None, note
+    assert roles(spectrum)["data"] == ("inout", ("n", "2"))
+    # by value, a vector is no number the sandbox passes: refused with the reason
+    spec, note = infer("__global__ void k(float2 c, float* y, int n) { y[0] = c.x; }")
+    assert spec is None and "float2" in note
+
+
+def test_a_bool_flag_is_run_true_and_sizes_nothing_and_a_bool_buffer_holds_zeros_and_ones():
+    clamp = inferred("""
+        __global__ void scale_clamp(float* x, int n, float s, bool clamp) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) { float v = x[i] * s; x[i] = clamp ? fminf(fmaxf(v, 0.f), 1.f) : v; }
+        }""")
+    flag = next(a for a in clamp.arguments if a.name == "clamp")
+    assert (flag.role, flag.dtype, flag.value) == ("scalar", "uint8", 1)
+    assert roles(clamp)["x"] == ("inout", ("n",))  # one size, n: the flag is not a second one
+    masked = inferred("""
+        __global__ void masked_copy(const float* x, const bool* keep, float* y, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = keep[i] ? x[i] : 0.0f;
+        }""")
+    keep = next(a for a in masked.arguments if a.name == "keep")
+    assert keep.dtype == "uint8" and keep.init == InitSpec("integers", low=0, high=2)
+    # the spec as written back into the file reads the same
+    written = render_spec(masked) + MASKED_KERNEL
+    specs, errors = parse_specs(written, find_kernels(written))
+    assert not errors and specs["masked_copy"].arguments == masked.arguments
+
+
+MASKED_KERNEL = """
+__global__ void masked_copy(const float* x, const bool* keep, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = keep[i] ? x[i] : 0.0f;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_vector_and_bool_buffers_run_inside_their_bounds_and_rewrites_verify_on_the_gpu(tmp_path: Path):
+    """The sandbox passes a bool flag as one byte and a float4/uchar4 buffer as its components: the
+    originals must run inside their buffers at the inferred sizes, and first-round rewrites verify."""
+    from cuda_agent.agent.engine import Engine, EngineSettings
+    from cuda_agent.agent.optimize import PROPOSERS
+    from cuda_agent.agent.search import _first_round, interleave
+    from cuda_agent.agent.targets import load_targets
+
+    path = tmp_path / "mixed.cu"
+    path.write_text(VECTOR_AND_BOOL_KERNELS)
+    proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        targets = load_targets(path).targets
+        assert [t.spec is not None for t in targets] == [True] * 3, [t.note for t in targets]
+        for target in targets:
+            baseline = engine.baseline(target)
+            assert baseline.usable, (target.kernel.name, baseline.error)
+            results = engine.evaluate(baseline, interleave(_first_round(target, proposers, []))[:4])
+            # fast math may round a pixel otherwise (exact uint8 outputs): one verified rewrite is enough
+            assert any(r.verified for r in results), [
+                (r.candidate.description, r.error) for r in results if not r.verified
+            ]
+
+
+VECTOR_AND_BOOL_KERNELS = """
+__global__ void point_norms(const float4* __restrict__ p, float* norm, int n, bool squared) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float4 v = p[i];
+        float s = v.x * v.x + v.y * v.y + v.z * v.z;
+        norm[i] = squared ? s : sqrtf(s);
+    }
+}
+__global__ void to_gray(const uchar4* rgba, unsigned char* gray, int rows, int cols) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < cols && y < rows) {
+        uchar4 px = rgba[y * cols + x];
+        gray[y * cols + x] = (unsigned char)(0.299f * px.x + 0.587f * px.y + 0.114f * px.z);
+    }
+}
+__global__ void masked_copy(const float* x, const bool* keep, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = keep[i] ? x[i] : 0.0f;
+}
+"""

@@ -118,6 +118,24 @@ def test_a_thread_per_channel_reads_the_product_of_the_sizes_and_stays_under_the
     assert spec.reduction == "batch * plane"  # the sum's length scales its tolerance
 
 
+def test_a_sum_kept_in_the_output_element_scales_the_tolerance_like_a_local_one() -> None:
+    """darknet sums straight into `mean[i]`; a rewrite that splits that sum over lanes rounds it otherwise
+    (a 16,384-term sum moved by 8e-4 on the H100), so the sum's length must scale the tolerance."""
+    in_memory = CHANNEL_SUMS.replace("float acc = 0;", "sums[c] = 0;").replace("acc +=", "sums[c] +=")
+    spec = inferred(in_memory.replace("    sums[c] = acc;\n", ""))
+    assert spec.reduction == "batch * plane"
+    # an element the loop moves is no sum: each iteration adds to its own element
+    spread = """
+__global__ void spread(float *out, const float *x, int n, int m, int q)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (int k = 0; k < m; ++k) out[i * m + k] += x[i] * q;
+}
+"""
+    assert inferred(spread).reduction is None
+
+
 def test_an_index_taken_apart_in_place_is_followed_statement_by_statement() -> None:
     spec = inferred(CHANNEL_BIAS)
     assert shapes(spec) == {"out": ("batch*channels*plane",), "bias": ("channels",)}

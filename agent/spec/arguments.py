@@ -16,6 +16,7 @@ from cuda_agent.agent.spec.dtypes import (
     canonical_dtype,
     dtype_of_c_type,
     is_float,
+    vector_of_c_type,
 )
 from cuda_agent.agent.spec.expressions import ExpressionError, describe, parse_real_expression, suggest
 from cuda_agent.agent.spec.model import (
@@ -82,12 +83,15 @@ class ArgumentChecker(Checker):
         return dtype_of_c_type(self.template_types.get(parameter.type, parameter.type))
 
     def example_entry(self, parameter: Parameter) -> str:
-        dtype = self.c_dtype(parameter) or "float32"
+        vector = vector_of_c_type(self.template_types.get(parameter.type, parameter.type))
+        dtype = self.c_dtype(parameter) or (vector[0] if vector else "float32")
         if not parameter.is_pointer:
             value = f'"{parameter.name}"' if parameter.name in self.sizes else "1"
             return f'{parameter.name} = {{ role = "scalar", dtype = "{dtype}", value = {value} }}'
         role = "input" if parameter.is_const else "output"
         shape = ", ".join(f'"{name}"' for name in self.size_names[:2]) or '"n"'
+        if vector:  # a float4* is float32 with a trailing axis of its 4 components
+            shape += f", {vector[1]}"
         return f'{parameter.name} = {{ role = "{role}", dtype = "{dtype}", shape = [{shape}] }}'
 
     def argument(self, parameter: Parameter, entry: Any) -> ArgumentSpec | None:

@@ -40,6 +40,23 @@ C_TYPE_DTYPES: dict[str, str] = {
     "unsigned": "uint32", "unsigned int": "uint32", "uint32_t": "uint32", "uint": "uint32",
     "unsigned long": "uint64", "unsigned long long": "uint64", "unsigned long long int": "uint64",
     "uint64_t": "uint64", "size_t": "uint64",
+    "bool": "uint8",  # one byte on CUDA's platforms; its values are 0 and 1 (BOOL_INIT)
+}  # fmt: skip
+
+# CUDA's vector types and the complex types built on them: a buffer of them is a buffer of their
+# component dtype with a trailing axis of `lanes` (a float4* of n elements is n x 4 float32, 16 bytes
+# apart, as the kernel reads them). By-value vector scalars are not taken.
+_VECTOR_BASES = {
+    "float": "float32", "double": "float64", "int": "int32", "uint": "uint32", "short": "int16",
+    "ushort": "uint16", "char": "int8", "uchar": "uint8", "long": "int64", "ulong": "uint64",
+    "longlong": "int64", "ulonglong": "uint64",
+}  # fmt: skip
+VECTOR_TYPES: dict[str, tuple[str, int]] = {
+    **{f"{base}{lanes}": (dtype, lanes) for base, dtype in _VECTOR_BASES.items() for lanes in (2, 3, 4)},
+    "half2": ("float16", 2), "__half2": ("float16", 2),
+    "nv_bfloat162": ("bfloat16", 2), "__nv_bfloat162": ("bfloat16", 2),
+    "cuComplex": ("float32", 2), "cuFloatComplex": ("float32", 2), "cufftComplex": ("float32", 2),
+    "cuDoubleComplex": ("float64", 2), "cufftDoubleComplex": ("float64", 2),
 }  # fmt: skip
 
 INTEGER_DTYPES = frozenset(DTYPES) - FLOAT_DTYPES
@@ -70,6 +87,12 @@ def dtype_of_c_type(c_type: str) -> str | None:
     return C_TYPE_DTYPES.get(" ".join(words))
 
 
+def vector_of_c_type(c_type: str) -> tuple[str, int] | None:
+    """(component dtype, lanes) of a CUDA vector type ("float4", "const uchar3", "cufftComplex")."""
+    words = [word for word in c_type.split() if word not in ("const", "volatile")]
+    return VECTOR_TYPES.get(" ".join(words))
+
+
 def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
 
@@ -77,8 +100,13 @@ def is_float(dtype: str) -> bool:
 def dtype_through_aliases(c_type: str, aliases: Mapping[str, str]) -> str | None:
     """The dtype of a parameter's C type, through the file's `typedef`/`using` aliases (an alias of an
     alias too): `floatX` with `typedef __nv_bfloat16 floatX` is bfloat16."""
+    return dtype_of_c_type(through_aliases(c_type, aliases))
+
+
+def through_aliases(c_type: str, aliases: Mapping[str, str]) -> str:
+    """The type an alias names, through aliases of aliases; `c_type` itself when it is none."""
     seen: set[str] = set()
     while c_type in aliases and c_type not in seen:
         seen.add(c_type)
         c_type = aliases[c_type]
-    return dtype_of_c_type(c_type)
+    return c_type

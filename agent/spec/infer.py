@@ -37,7 +37,13 @@ from pathlib import Path
 from cuda_agent.agent.kernels import Kernel, Parameter
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import Monomial, linear_form, parse_cuda
-from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases, is_float
+from cuda_agent.agent.spec.dtypes import (
+    dtype_of_c_type,
+    dtype_through_aliases,
+    is_float,
+    through_aliases,
+    vector_of_c_type,
+)
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
 from cuda_agent.agent.spec.render import CHECK_ADVICE
@@ -109,11 +115,26 @@ def infer_spec(
 
     aliases = dict(typedefs or {})
     classified = classify_parameters(
-        kernel.parameters, template_types, lambda c_type: dtype_through_aliases(c_type, aliases)
+        kernel.parameters,
+        template_types,
+        lambda c_type: dtype_through_aliases(c_type, aliases),
+        lambda c_type: vector_of_c_type(through_aliases(c_type, aliases)),
     )
     if isinstance(classified, str):
         return None, classified
     pointers, int_scalars, float_scalars = classified
+
+    def resolved(parameter: Parameter) -> str:
+        return through_aliases(template_types.get(parameter.type, parameter.type), aliases)
+
+    # A bool parameter picks a branch, it sizes nothing: run with it true (the branch that does more).
+    flags = {parameter.name for parameter, _ in int_scalars if resolved(parameter) == "bool"}
+    int_scalars = [(parameter, dtype) for parameter, dtype in int_scalars if parameter.name not in flags]
+    lanes = {
+        parameter.name: vector[1]
+        for parameter, _ in pointers
+        if (vector := vector_of_c_type(resolved(parameter))) is not None
+    }
 
     parsed = tree
     analysis = BodyAnalysis(body, [p.name for p, _ in pointers], lambda: integer_defines(parsed, headers))
@@ -156,7 +177,10 @@ def infer_spec(
         return None, layout
 
     dtypes = {parameter.name: dtype for parameter, dtype in pointers + int_scalars + float_scalars}
-    arguments = [_argument(p, dtypes[p.name], analysis, layout, size_of) for p in kernel.parameters]
+    arguments = [
+        _flag(p) if p.name in flags else _argument(p, dtypes[p.name], analysis, layout, size_of, lanes)
+        for p in kernel.parameters
+    ]
     if not any(argument.role in ("output", "inout") for argument in arguments):
         return None, "no pointer is written by the body, so there is no output to check"
     accumulators = [a for a in arguments if a.role == "inout" and a.shape == ("1",)]
@@ -200,14 +224,18 @@ def classify_parameters(
     parameters: tuple[Parameter, ...],
     template_types: Mapping[str, str],
     dtype_of: Callable[[str], str | None] = dtype_of_c_type,
+    vector_of: Callable[[str], tuple[str, int] | None] = vector_of_c_type,
 ) -> tuple[_Typed, _Typed, _Typed] | str:
-    """(pointers, integer scalars, float scalars) with their dtypes, or why a parameter does not fit."""
+    """(pointers, integer scalars, float scalars) with their dtypes, or why a parameter does not fit.
+    A pointer to a vector type has its component's dtype; a `bool` scalar is an integer one (uint8)."""
     pointers: _Typed = []
     int_scalars: _Typed = []
     float_scalars: _Typed = []
     for parameter in parameters:
         c_type = template_types.get(parameter.type, parameter.type)
         dtype = dtype_of(c_type)
+        if dtype is None and parameter.is_pointer and (vector := vector_of(c_type)) is not None:
+            dtype = vector[0]  # a float4* is float32 with a trailing axis of 4 (vector_lanes)
         if not parameter.name:
             return f"parameter '{parameter.text}' has no name"
         if parameter.pointer_depth > 1 or (parameter.is_pointer and dtype is None):
@@ -661,8 +689,17 @@ def size_name_for(parameter: str, taken: set[str]) -> str:
     return name
 
 
+def _flag(parameter: Parameter) -> ArgumentSpec:
+    return ArgumentSpec(parameter.name, "scalar", "uint8", value=1)
+
+
 def _argument(
-    parameter: Parameter, dtype: str, analysis: BodyAnalysis, layout: Layout, size_of: Mapping[str, str]
+    parameter: Parameter,
+    dtype: str,
+    analysis: BodyAnalysis,
+    layout: Layout,
+    size_of: Mapping[str, str],
+    lanes: Mapping[str, int],
 ) -> ArgumentSpec:
     name = parameter.name
     if not parameter.is_pointer:
@@ -673,7 +710,18 @@ def _argument(
     role = role_of(parameter, use)
     touched = use.read or use.written
     shape = ("1",) if use.single_element and touched else layout.shape_of.get(name, layout.full_shape)
-    return ArgumentSpec(name, role, dtype, shape, InitSpec.default(dtype))  # type: ignore[arg-type]
+    if name in lanes:  # the indices count vectors; each is `lanes` components
+        shape = (*shape, str(lanes[name]))
+    init = BOOL_INIT if is_bool_pointer(parameter) else InitSpec.default(dtype)
+    return ArgumentSpec(name, role, dtype, shape, init)  # type: ignore[arg-type]
+
+
+# A bool holds 0 or 1; any other byte is undefined behaviour in the kernel that reads it.
+BOOL_INIT = InitSpec("integers", low=0, high=2)
+
+
+def is_bool_pointer(parameter: Parameter) -> bool:
+    return " ".join(w for w in parameter.type.split() if w not in ("const", "volatile")) == "bool"
 
 
 def role_of(parameter: Parameter, use: _Use) -> str:
@@ -1008,7 +1056,7 @@ class BodyAnalysis:
                 }:
                     self.index_axes.setdefault(axis, set()).add(name)
         self.loop_bound_names = {name for bounds in self._loop_bounds.values() for name in bounds}
-        self.sums_in_loops = self._sums_in_loops(nodes)
+        self.sums_in_loops = self._sums_in_loops(nodes, set(pointers))
         self._nodes = nodes
         self.aliases = self._aliases(nodes, pointers)
         self.uses = {name: _Use() for name in pointers}
@@ -1034,10 +1082,12 @@ class BodyAnalysis:
                 return data
             data |= more
 
-    def _sums_in_loops(self, nodes: list[Node]) -> set[str] | None:
-        """Where a floating-point local is summed in a loop (`acc += a[k] * b[k]`, `s = s + x[i]`): the
-        identifiers the enclosing loops' conditions compare their variables with (each output the end of a
-        sum over them, whose rounding any rewrite that reorders it changes); None without such a sum."""
+    def _sums_in_loops(self, nodes: list[Node], pointers: set[str]) -> set[str] | None:
+        """Where a floating-point local is summed in a loop (`acc += a[k] * b[k]`, `s = s + x[i]`), or one
+        element of a buffer is (`mean[i] += x[j*n + i]`, darknet's spelling: an index the loops do not
+        move): the identifiers the enclosing loops' conditions compare their variables with (each output
+        the end of a sum over them, whose rounding any rewrite that reorders it changes); None without such
+        a sum. An integer buffer's tolerance is exact whatever this says."""
         floats = set()
         for node in nodes:
             kind = node.child_by_field_name("type") if node.type == "declaration" else None
@@ -1052,7 +1102,11 @@ class BodyAnalysis:
             if node.type != "assignment_expression":
                 continue
             left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-            if left is None or right is None or _text(left) not in floats:
+            if (
+                left is None
+                or right is None
+                or not (_text(left) in floats or self._element_kept_through_loops(left, pointers))
+            ):
                 continue
             operator = _operator(node)
             summed = operator in ("+=", "-=") or (
@@ -1066,6 +1120,26 @@ class BodyAnalysis:
                     condition = loop.child_by_field_name("condition")
                     found.update(self._identifiers(condition) if condition is not None else ())
         return found
+
+    def _element_kept_through_loops(self, left: Node, pointers: set[str]) -> bool:
+        """`buffer[index]` with an index no enclosing loop's variable reaches (through the locals too)."""
+        base = left.child_by_field_name("argument") if left.type == "subscript_expression" else None
+        index = left.child_by_field_name("indices") if base is not None else None
+        if base is None or index is None or _text(base) not in pointers:
+            return False
+        moved = {name for loop in self._enclosing_loops(left) for name in self._loop_variables(loop)}
+        return bool(moved) and not (self._expanded(self._identifiers(index)) & moved)
+
+    def _loop_variables(self, loop: Node) -> set[str]:
+        """A loop's counter: what its condition compares (left side), else every name in the condition
+        (a bound among them only makes the check stricter)."""
+        condition = loop.child_by_field_name("condition")
+        if condition is None:
+            return set()
+        left = condition.child_by_field_name("left") if condition.type == "binary_expression" else None
+        if left is not None and unwrapped(left).type == "identifier":
+            return {_text(unwrapped(left))}
+        return self._identifiers(condition)
 
     def _enclosing_loops(self, node: Node) -> list[Node]:
         loops, parent = [], self._parent(node)

@@ -26,13 +26,21 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.kernels import Kernel, launch_calls
 from cuda_agent.agent.parsing import ancestors, parse_cuda
-from cuda_agent.agent.spec.dtypes import dtype_of_c_type, dtype_through_aliases, is_float
+from cuda_agent.agent.spec.dtypes import (
+    dtype_of_c_type,
+    dtype_through_aliases,
+    is_float,
+    through_aliases,
+    vector_of_c_type,
+)
 from cuda_agent.agent.spec.expressions import ExpressionError, parse_expression
 from cuda_agent.agent.spec.infer import (
+    BOOL_INIT,
     FLOAT_SCALAR_INIT,
     BodyAnalysis,
     classify_parameters,
     instantiation,
+    is_bool_pointer,
     kernel_body,
     role_of,
     size_name_for,
@@ -345,6 +353,14 @@ class ProgramHost:
 
     def dtype_of(self, c_type: str) -> str | None:
         return dtype_through_aliases(c_type, self.typedefs)
+
+    def element_bytes(self, c_type: str) -> int | None:
+        """sizeof an element: a number's, or a vector type's (`float4`: 16)."""
+        dtype = self.dtype_of(c_type)
+        if dtype is not None:
+            return DTYPE_BYTES[dtype]
+        vector = vector_of_c_type(through_aliases(c_type, self.typedefs))
+        return DTYPE_BYTES[vector[0]] * vector[1] if vector is not None else None
 
 
 def _runs_once(loop: Node, name: str, file: ProgramHost) -> bool:
@@ -667,6 +683,8 @@ class _Translation:
         kind, text = node.type, self.file.text(node)
         if kind == "number_literal":
             return str(_integer(text) if _INTEGER.match(text.replace("'", "")) else _whole(text))
+        if kind in ("true", "false"):  # a bool argument: the flag's byte
+            return "1" if kind == "true" else "0"
         if kind == "parenthesized_expression":
             return f"({self.expression(node.named_children[0], scope)})"
         if kind in ("cast_expression",):
@@ -831,17 +849,9 @@ class _Translation:
         text = _base_type(self.file.text(described).strip("() ")) if described is not None else ""
         dtype = self.file.dtype_of(text)
         if dtype is None:
-            known = {
-                "float2": 8,
-                "float4": 16,
-                "int2": 8,
-                "int4": 16,
-                "double2": 16,
-                "half2": 4,
-                "__half2": 4,
-            }
-            if text in known:
-                return known[text]
+            vector = vector_of_c_type(text)
+            if vector is not None:
+                return DTYPE_BYTES[vector[0]] * vector[1]
             raise NotFollowed(f"sizeof({text or self.file.text(node)})")
         return DTYPE_BYTES[dtype]
 
@@ -1058,7 +1068,7 @@ def read_launch(
     # also the block, are N / 128 elements whatever block a candidate is tried with).
     extents = _Translation(file, sizes=translation.sizes, origins=translation.origins)
     shapes = {} if unknown else {
-        p.name: _shape(argument, scope, file, extents, file.dtype_of(template_types.get(p.type, p.type)))
+        p.name: _shape(argument, scope, file, extents, file.element_bytes(template_types.get(p.type, p.type)))
         for p, argument in zip(kernel.parameters, arguments, strict=True)
         if p.is_pointer
     }  # fmt: skip
@@ -1174,6 +1184,8 @@ class _Arithmetic:
             if _INTEGER.match(text.replace("'", "")):
                 return float(_integer(text)), False
             return _float(text), True
+        if kind in ("true", "false"):
+            return (1.0 if kind == "true" else 0.0), False
         if kind == "parenthesized_expression":
             return self.value(node.named_children[0], scope)
         if kind == "cast_expression":
@@ -1215,12 +1227,12 @@ class _Arithmetic:
 
 
 def _shape(
-    argument: Node, scope: _Scope, file: ProgramHost, translation: _Translation, dtype: str | None
+    argument: Node, scope: _Scope, file: ProgramHost, translation: _Translation, element_bytes: int | None
 ) -> tuple[str, ...] | None:
     """A pointer argument's extent from its allocation (`cudaMalloc(&d_x, rows * cols * sizeof(float))`),
     in elements, as a 1-D shape over the sizes; None where the program does not show it."""
     target, target_scope = _pointer_root(argument, scope, file)
-    if target is None or target_scope is None or dtype is None:
+    if target is None or target_scope is None or element_bytes is None:
         return None
     body = target_scope.function.child_by_field_name("body")
     for node in walk(body) if body is not None else ():
@@ -1233,7 +1245,7 @@ def _shape(
         if len(pieces) < 2 or _allocated_name(pieces[0], file) != target:
             continue
         try:
-            return (_bare(_element_count(pieces[1], target_scope, translation, DTYPE_BYTES[dtype])),)
+            return (_bare(_element_count(pieces[1], target_scope, translation, element_bytes)),)
         except NotFollowed:
             return None
     return None
@@ -1498,7 +1510,11 @@ def spec_from_points(
                 f"{benchmark.where}: the program does not show how big {name} is (no cudaMalloc of it)",
             )
         use = analysis.uses[name]
-        arguments.append(ArgumentSpec(name, role_of(parameter, use), dtype, shape, InitSpec.default(dtype)))  # type: ignore[arg-type]
+        vector = vector_of_c_type(through_aliases(types.get(parameter.type, parameter.type), typedefs))
+        if vector is not None:  # counted in vectors: each is `lanes` components
+            shape = (*shape, str(vector[1]))
+        init = BOOL_INIT if is_bool_pointer(parameter) else InitSpec.default(dtype)
+        arguments.append(ArgumentSpec(name, role_of(parameter, use), dtype, shape, init))  # type: ignore[arg-type]
     if not any(a.role in ("output", "inout") for a in arguments):
         return None, "no pointer is written by the body, so there is no output to check"
     shown = ", ".join(f"{name} = {value}" for name, value in benchmark.sizes.items())
