@@ -34,6 +34,8 @@ EXPECTED = sorted(PROGRAMS.glob("*.expected.toml"))
 # with their differences (test_the_table_of_the_corpus) and are the work left (issue: specs from the program).
 MATCHING = {
     ("attention_causal", "attention_query_key_kernel"),
+    ("containers_gemv", "gemv_rows"),
+    ("containers_gemv", "relu_backward"),
     ("conv1d_tiled", "convolution_1D_tiled"),
     ("cumsum_rows", "inclusive_scan_rows"),
     ("embedding_gather", "encoder_forward_vec4"),

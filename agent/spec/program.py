@@ -421,12 +421,24 @@ def _declared(declaration: Node, file: ProgramHost) -> Iterator[tuple[str, Node 
                     yield file.text(inner), value, child.start_point[0] + 1, c_type
             elif name is not None and name.type == "identifier" and value is not None:
                 if value.type == "argument_list":  # `int n(1024);`
-                    value = value.named_children[0] if value.named_child_count == 1 else None
+                    container = c_type.split("<")[0].split("::")[-1] in _VECTORS
+                    # `std::vector<float> h(n, 0.f)`, `thrust::device_vector<int> d(n, 1)`: its count
+                    one = value.named_child_count == 1 or (container and value.named_child_count > 1)
+                    value = value.named_children[0] if one else None
                 elif value.type == "initializer_list" and value.named_child_count == 1:  # `int n{1024};`
                     value = value.named_children[0]
                 yield file.text(name), value, child.start_point[0] + 1, c_type
         elif child.type == "identifier":
             yield file.text(child), None, child.start_point[0] + 1, c_type
+        elif child.type == "function_declarator" and c_type.split("<")[0].split("::")[-1] in _VECTORS:
+            # `std::vector<double> y(rows);` parses as a function taking a `rows`: the count it is made with
+            name = child.child_by_field_name("declarator")
+            parameters = child.child_by_field_name("parameters")
+            listed = [n for n in parameters.named_children if n.type != "comment"] if parameters else []
+            typed = listed[0].child_by_field_name("type") if len(listed) == 1 else None
+            unnamed = bool(listed) and listed[0].child_by_field_name("declarator") is None
+            if name is not None and name.type == "identifier" and typed is not None and unnamed:
+                yield file.text(name), typed, child.start_point[0] + 1, c_type
 
 
 def _dim3_declarator(child: Node, file: ProgramHost) -> tuple[str, tuple[Node, ...] | None]:
@@ -1231,8 +1243,16 @@ def _shape(
 ) -> tuple[str, ...] | None:
     """A pointer argument's extent from its allocation (`cudaMalloc(&d_x, rows * cols * sizeof(float))`),
     in elements, as a 1-D shape over the sizes; None where the program does not show it."""
+    if element_bytes is None:
+        return None
+    held = _container_count(argument, scope, file)
+    if held is not None:
+        try:
+            return (_bare(translation.expression(held[0], held[1])),)
+        except NotFollowed:
+            return None
     target, target_scope = _pointer_root(argument, scope, file)
-    if target is None or target_scope is None or element_bytes is None:
+    if target is None or target_scope is None:
         return None
     body = target_scope.function.child_by_field_name("body")
     for node in walk(body) if body is not None else ():
@@ -1249,6 +1269,49 @@ def _shape(
         except NotFollowed:
             return None
     return None
+
+
+def _container_count(argument: Node, scope: _Scope, file: ProgramHost) -> tuple[Node, _Scope | None] | None:
+    """The element count a container was made with, where the argument is its data:
+    `thrust::raw_pointer_cast(d.data())`, `raw_pointer_cast(&d[0])`, `d.data().get()`, `v.data()`."""
+    node = unwrapped(argument)
+    while True:
+        if node.type == "call_expression":
+            function = node.child_by_field_name("function")
+            listed = node.child_by_field_name("arguments")
+            arguments = [a for a in listed.named_children if a.type != "comment"] if listed else []
+            if function is None:
+                return None
+            if file.text(function).split("::")[-1] == "raw_pointer_cast" and len(arguments) == 1:
+                node = unwrapped(arguments[0])
+                continue
+            if function.type == "field_expression" and not arguments:
+                method = file.text(function.child_by_field_name("field"))
+                owner = function.child_by_field_name("argument")
+                if method in ("data", "get") and owner is not None:
+                    node = unwrapped(owner)
+                    continue
+            return None
+        if node.type == "pointer_expression" and file.text(node).startswith("&"):
+            element = node.child_by_field_name("argument")
+            indices = element.child_by_field_name("indices") if element is not None else None
+            if element is None or element.type != "subscript_expression" or indices is None:
+                return None
+            if file.text(indices).strip("[] ") != "0":
+                return None
+            node = unwrapped(element.child_by_field_name("argument"))  # type: ignore[arg-type]
+            continue
+        break
+    if node.type != "identifier":
+        return None
+    definition = scope.lookup(file.text(node))
+    if (
+        definition is None
+        or definition.value is None
+        or _base_type(definition.c_type).split("<")[0].split("::")[-1] not in _VECTORS
+    ):
+        return None
+    return definition.value, definition.scope
 
 
 def _pointer_root(argument: Node, scope: _Scope, file: ProgramHost) -> tuple[str | None, _Scope | None]:
