@@ -1063,3 +1063,27 @@ __global__ void masked_copy(const float* x, const bool* keep, float* y, int n) {
     if (i < n) y[i] = keep[i] ? x[i] : 0.0f;
 }
 """
+
+
+def test_the_grid_runs_x_over_the_size_the_x_index_is_compared_with():
+    """Column-major code puts the row index on x (`i < m` with i from blockIdx.x): the grid along x must
+    count m, or at sizes where m > n the last rows are never computed (nor checked)."""
+    column_major = inferred("""
+        #define IDX2C(i, j, ld) (((j) * (ld)) + (i))
+        __global__ void axpby_colmajor(const float* A, float* B, float alpha, float beta, int m, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            int j = blockIdx.y * blockDim.y + threadIdx.y;
+            if (i < m && j < n) B[IDX2C(i, j, m)] = alpha * A[IDX2C(i, j, m)] + beta * B[IDX2C(i, j, m)];
+        }""")
+    assert column_major.launch.grid == ("ceil_div(m, block.x)", "ceil_div(n, block.y)")
+    row_major = inferred("""
+        __global__ void add(const float* a, float* b, int rows, int cols) {
+            int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;
+            if (r < rows && c < cols) b[r * cols + c] += a[r * cols + c];
+        }""")
+    assert row_major.launch.grid == ("ceil_div(cols, block.x)", "ceil_div(rows, block.y)")
+    # every (i, j) the guard admits is launched, at the verify sizes too
+    for sizes in (column_major.sizes, column_major.sizes | column_major.verify_sizes[0]):
+        _, launch = resolve(column_major, sizes)
+        covered = (launch.grid[0] * launch.block[0], launch.grid[1] * launch.block[1])
+        assert covered[0] >= sizes["m"] and covered[1] >= sizes["n"]

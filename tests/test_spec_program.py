@@ -426,3 +426,34 @@ def test_template_types_the_launch_leaves_to_deduction_come_from_the_arguments_d
     clash = DEDUCED.replace("Tout* y", "Tin* y").replace("(Tout)", "(Tin)").replace(", typename Tout", "")
     spec, note = inferred(clash, "widen")
     assert spec is None and "the launch does not say what Tin (the type of x) is" in note
+
+
+COLUMN_MAJOR = """\
+#define IDX2C(i, j, ld) (((j) * (ld)) + (i))
+#define BLOCK 16
+__global__ void axpby_colmajor(const float* A, float* B, float alpha, float beta, int m, int n) {
+    int i = blockIdx.x * BLOCK + threadIdx.x;
+    int j = blockIdx.y * BLOCK + threadIdx.y;
+    if (i < m && j < n) B[IDX2C(i, j, m)] = alpha * A[IDX2C(i, j, m)] + beta * B[IDX2C(i, j, m)];
+}
+int main() {
+    int m = 3000, n = 2000;
+    float *dA, *dB;
+    cudaMalloc((void**)&dA, m * n * sizeof(*dA));
+    cudaMalloc((void**)&dB, m * n * sizeof(dB[0]));
+    dim3 threads(BLOCK, BLOCK);
+    dim3 grid((m + BLOCK - 1) / BLOCK, (n + BLOCK - 1) / BLOCK);
+    axpby_colmajor<<<grid, threads>>>(dA, dB, 2.0f, 0.5f, m, n);
+    cudaDeviceSynchronize();
+}
+"""
+
+
+def test_an_allocation_sized_by_its_own_element_reads_the_declared_type() -> None:
+    """cuBLAS-style code writes `sizeof(*dA)` or `sizeof(dB[0])` for the element: the pointer's declared
+    type says how many bytes that is."""
+    spec, note = inferred(COLUMN_MAJOR, "axpby_colmajor")
+    assert spec is not None, note
+    problem, launch = resolve(spec)
+    assert {a.name: a.numel for a in problem.arguments if a.is_buffer} == {"A": 3000 * 2000, "B": 3000 * 2000}
+    assert launch.grid[:2] == (188, 125) and spec.sizes == {"m": 3000, "n": 2000}

@@ -413,12 +413,15 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
         return Layout(pattern, summary, sizes, verify, block, grid, dict(shape_of), full)
 
     if analysis.uses_y:
+        # x runs along the columns, unless its index is the one compared with the rows (column-major code:
+        # `B[IDX2C(i, j, m)]` with i along x and `i < m`)
+        along_x, along_y = (rows, cols) if _compared_along(analysis, "x") == {rows} else (cols, rows)
         tile = analysis.tile(analysis.global_indices)
         if tile is None or tile == BLOCK_DIM:
             # blockDim steps, or steps this cannot read (`32*bx + 32*w*by`): the 32 x 8 block, as ever
-            grid = (f"ceil_div({cols}, block.x)", f"ceil_div({rows}, block.y)")
+            grid = (f"ceil_div({along_x}, block.x)", f"ceil_div({along_y}, block.y)")
             return layout("2-D", grid, {}, block=(32, 8))
-        block, grid = _tiled_launch(tile, (rows, cols))
+        block, grid = _tiled_launch(tile, (along_y, along_x))
         verify = {rows: TILE_MULTIPLES[0] * tile, cols: TILE_MULTIPLES[1] * tile}
         return replace(layout("2-D", grid, {}, block=block), verify=verify)
     compared = analysis.compared_with_global_index
@@ -437,6 +440,15 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
     if analysis.block_indices:
         return layout("one-block-per-row", (rows,), by_row)
     return f"could not tell how threads map to {rows} and {cols} (no index compared with either)"
+
+
+def _compared_along(analysis: BodyAnalysis, axis: str) -> set[str]:
+    """The sizes the global indices along an axis are compared with (`if (i < m)`)."""
+    return {
+        bound
+        for name in analysis.index_axes.get(axis, ())
+        for bound in analysis.variable_bounds.get(name, ())
+    }
 
 
 CONTRACTION_SIZE, CONTRACTION_VERIFY = 1024, (129, 67, 100)  # a 2 GFLOP product; odd, ragged tiles

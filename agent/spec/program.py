@@ -430,6 +430,10 @@ def _declared(declaration: Node, file: ProgramHost) -> Iterator[tuple[str, Node 
                 yield file.text(name), value, child.start_point[0] + 1, c_type
         elif child.type == "identifier":
             yield file.text(child), None, child.start_point[0] + 1, c_type
+        elif child.type == "pointer_declarator":  # `float *d_a;`: known by its element type (sizeof(*d_a))
+            inner = child.child_by_field_name("declarator")
+            if inner is not None and inner.type == "identifier":
+                yield file.text(inner), None, child.start_point[0] + 1, c_type
         elif child.type == "function_declarator" and c_type.split("<")[0].split("::")[-1] in _VECTORS:
             # `std::vector<double> y(rows);` parses as a function taking a `rows`: the count it is made with
             name = child.child_by_field_name("declarator")
@@ -702,7 +706,7 @@ class _Translation:
         if kind in ("cast_expression",):
             return self.expression(node.child_by_field_name("value"), scope)  # type: ignore[arg-type]
         if kind == "sizeof_expression":
-            return str(self.sizeof(node))
+            return str(self.sizeof(node, scope))
         if kind in ("identifier", "type_identifier"):  # `dim3 block(TILE, TILE);` reads as a declaration
             return self.name(text, scope)
         if kind == "field_expression":
@@ -855,10 +859,14 @@ class _Translation:
             raise NotFollowed(f"{self.file.text(node)!r} is read at run time")
         raise NotFollowed(f"the call {self.file.text(node)!r}")
 
-    def sizeof(self, node: Node) -> int:
+    def sizeof(self, node: Node, scope: _Scope | None = None) -> int:
         described = node.child_by_field_name("type") or node.child_by_field_name("value")
         # `sizeof(pixel_t)` with a typedef'd name parses as sizeof of a parenthesized identifier.
         text = _base_type(self.file.text(described).strip("() ")) if described is not None else ""
+        pointee = _pointee(described, self.file) if described is not None and scope is not None else None
+        if pointee is not None:  # `sizeof(*d_a)`, `sizeof(d_a[0])`: the element d_a is declared to point to
+            definition = scope.lookup(pointee) if scope is not None else None
+            text = _base_type(definition.c_type) if definition is not None and definition.c_type else text
         dtype = self.file.dtype_of(text)
         if dtype is None:
             vector = vector_of_c_type(text)
@@ -1271,6 +1279,16 @@ def _shape(
     return None
 
 
+def _pointee(node: Node, file: ProgramHost) -> str | None:
+    """`*p` or `p[0]` (in parentheses or not): p."""
+    node = unwrapped(node)
+    dereferenced = node.type == "pointer_expression" and file.text(node).startswith("*")
+    element = dereferenced or node.type == "subscript_expression"
+    inner = node.child_by_field_name("argument") if element else None
+    inner = unwrapped(inner) if inner is not None else None
+    return file.text(inner) if inner is not None and inner.type == "identifier" else None
+
+
 def _container_count(argument: Node, scope: _Scope, file: ProgramHost) -> tuple[Node, _Scope | None] | None:
     """The element count a container was made with, where the argument is its data:
     `thrust::raw_pointer_cast(d.data())`, `raw_pointer_cast(&d[0])`, `d.data().get()`, `v.data()`."""
@@ -1360,7 +1378,7 @@ def _element_count(size: Node, scope: _Scope, translation: _Translation, element
         node, current = definition.value, definition.scope  # type: ignore[assignment]
     factors = _factors(node)
     sizeof = next((f for f in factors if f.type == "sizeof_expression"), None)
-    if sizeof is not None and translation.sizeof(sizeof) == element_bytes:
+    if sizeof is not None and translation.sizeof(sizeof, current) == element_bytes:
         # each factor whole: `(2 * C + 1) * sizeof(float)` is not `2 * C + 1` elements
         rest = [translation._atomic_expression(f, current) for f in factors if f is not sizeof]
         return " * ".join(rest) if rest else "1"
