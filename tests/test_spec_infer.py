@@ -434,6 +434,11 @@ ELEMENT_WISE_BODY = "{ int i = blockIdx.x * blockDim.x + threadIdx.x; y[i] = x[i
             "'const Particle* x': element type Particle* is not a plain number",
         ),
         ("__global__ void k(float** x, int n) { x[0][0] = 1; }", "type float** is not a plain number"),
+        (
+            "template <typename T, typename F>\n__global__ void k(const T* x, T* y, int n, F f) "
+            "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = f(x[i]); }",
+            "f: a functor",
+        ),
         ("template <int B>\n__global__ void k(float* y, int n) { y[0] = B; }", "with a value parameter"),
         (
             "__global__ void k(const float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; }",

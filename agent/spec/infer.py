@@ -112,6 +112,9 @@ def infer_spec(
     body = kernel_body(kernel, tree)
     if body is None:
         return None, "the kernel has no body"
+    if called := _called_parameters(kernel, body, template_types):
+        names = ", ".join(called)
+        return None, f"{names}: a functor (its type a template parameter, called in the body): write a spec"
 
     aliases = dict(typedefs or {})
     classified = classify_parameters(
@@ -699,6 +702,20 @@ def size_name_for(parameter: str, taken: set[str]) -> str:
     while name in taken:
         name += "_"
     return name
+
+
+def _called_parameters(kernel: Kernel, body: Node, template_types: Mapping[str, str]) -> list[str]:
+    """By-value parameters of a template type that the body calls (`out[i] = f(in[i])`): a functor or a
+    lambda, which no default instantiation (float) can stand for."""
+    candidates = {p.name for p in kernel.parameters if not p.is_pointer and p.type in template_types}
+    called = {
+        _text(function)
+        for node in walk(body)
+        if node.type == "call_expression"
+        and (function := node.child_by_field_name("function")) is not None
+        and _text(function) in candidates
+    }
+    return sorted(called)
 
 
 def _flag(parameter: Parameter) -> ArgumentSpec:
