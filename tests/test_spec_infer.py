@@ -1092,3 +1092,30 @@ def test_the_grid_runs_x_over_the_size_the_x_index_is_compared_with():
         _, launch = resolve(column_major, sizes)
         covered = (launch.grid[0] * launch.block[0], launch.grid[1] * launch.block[1])
         assert covered[0] >= sizes["m"] and covered[1] >= sizes["n"]
+
+
+def test_a_kernel_whose_threads_each_loop_over_all_n_gets_n_sized_for_its_square():
+    """All pairs (nearest neighbours, n-body forces): each of n threads loops over n, so 2^24 elements
+    would be 2^48 steps and the original would never finish; n is sized for n² work instead."""
+    pairs = inferred("""
+        __global__ void nearest(const float* x, const float* y, float* best, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) {
+                float m = 1e30f;
+                for (int j = 0; j < n; j++) {
+                    if (j == i) continue;
+                    float dx = x[i] - x[j], dy = y[i] - y[j];
+                    m = fminf(m, dx * dx + dy * dy);
+                }
+                best[i] = m;
+            }
+        }""")
+    (verify,) = pairs.verify_sizes
+    assert pairs.sizes["n"] ** 2 <= 1 << 28 and verify["n"] ** 2 <= 1 << 24 and verify["n"] % 2 == 1
+    assert "n² work" in pairs.inference_note
+    # a grid-stride loop also runs to n, but from the thread's own index: n elements in all, as ever
+    strided = inferred("""
+        __global__ void scale(float* x, float s, int n) {
+            for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) x[i] *= s;
+        }""")
+    assert strided.sizes["n"] == 1 << 24

@@ -268,17 +268,26 @@ class Layout:
     values: dict[str, int] = field(default_factory=dict)  # integer parameters that are no size: their value
 
 
+# All-pairs kernels: 2^28 pair interactions at the benchmark (the cap on a kernel's work over several
+# sizes), 2^24 when verifying at an odd size.
+ELEMENTS_PAIRS, VERIFY_PAIRS = 1 << 14, 4093
+
+
 def _layout_1d(n: str, analysis: BodyAnalysis) -> Layout | str:
     if analysis.uses_y:
         return _layout_square(n, analysis)
     if not analysis.global_indices:
         return "no element-wise index (blockIdx.x * blockDim.x + threadIdx.x) in the body"
     extents = {name: analysis.extent_1d(name, n) for name in analysis.uses}
+    # A loop each thread runs over n too (all pairs: n-body forces, nearest neighbours, distances), or
+    # over the grid (tiles of bodies): n * n work, which at 2^24 threads would not finish in hours.
+    quadratic = analysis.loops_from_zero_over({n, "gridDim"})
+    elements, verify = (ELEMENTS_PAIRS, VERIFY_PAIRS) if quadratic else (ELEMENTS_1D, VERIFY_1D)
     return Layout(
         pattern="1-D element-wise",
-        summary=f"{n} = {ELEMENTS_1D}",
-        sizes={n: ELEMENTS_1D},
-        verify={n: VERIFY_1D},
+        summary=f"{n} = {elements}" + (f", each thread looping over {n}: {n}² work" if quadratic else ""),
+        sizes={n: elements},
+        verify={n: verify},
         block=(256,),
         grid=(f"ceil_div({n}, block.x)",),
         shape_of={name: (extent,) for name, extent in extents.items() if extent is not None},
@@ -1185,6 +1194,24 @@ class BodyAnalysis:
             if _text(unwrapped(side)) in self.global_indices:
                 bounds.setdefault(_text(unwrapped(side)), set()).update(self._identifiers(other))
         return bounds
+
+    def loops_from_zero_over(self, names: set[str]) -> bool:
+        """Whether a `for` loop runs from a start no thread index sets up to one of `names` (`for (j = 0;
+        j < n; j++)`, each thread all of n), unlike a grid-stride loop, which starts at the thread's index."""
+        threads = {"threadIdx", "blockIdx"} | set(self.global_indices)
+        for node in self._nodes:
+            if node.type != "for_statement":
+                continue
+            condition = node.child_by_field_name("condition")
+            start = node.child_by_field_name("initializer")
+            if condition is None or not self._identifiers(condition) & names:
+                continue
+            counter = condition.child_by_field_name("left") if condition.type == "binary_expression" else None
+            counted = self._expanded(self._identifiers(counter)) if counter is not None else set()
+            started = self._expanded(self._identifiers(start)) if start is not None else set()
+            if not (started | counted) & threads:  # `for (; i < n; i += stride)` goes on from the index
+                return True
+        return False
 
     def _bounds_of_loops(self, nodes: list[Node]) -> dict[str, set[str]]:
         """Each for loop's variable -> the identifiers its condition compares it with (`j < cols`)."""
