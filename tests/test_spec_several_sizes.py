@@ -69,12 +69,28 @@ __global__ void row_window(const float *in, const float *taps, float *out, int n
 """
 
 
+# A 7-point Laplacian over a volume, a thread per interior point (z, y, x): lower bounds in the guard.
+LAPLACE_3D = """
+__global__ void laplace3d(const float *__restrict__ u, float *__restrict__ out, int nx, int ny, int nz)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int j = blockIdx.y * blockDim.y + threadIdx.y;
+    int k = blockIdx.z * blockDim.z + threadIdx.z;
+    if (i > 0 && j > 0 && k > 0 && i < nx - 1 && j < ny - 1 && k < nz - 1) {
+        int id = (k * ny + j) * nx + i;
+        out[id] = u[id - 1] + u[id + 1] + u[id - nx] + u[id + nx] + u[id - nx * ny] + u[id + nx * ny]
+                  - 6.f * u[id];
+    }
+}
+"""
+
+
 def inferred(source: str) -> KernelSpec:
     (kernel,) = find_kernels(source)
     spec, note = infer_spec(kernel, source)
     assert spec is not None, note
-    assert note.startswith("spec inferred from the 1-D over several sizes pattern") or note.startswith(
-        "spec inferred from the 2-D over several sizes pattern"
+    assert any(
+        note.startswith(f"spec inferred from the {rank}-D over several sizes pattern") for rank in (1, 2, 3)
     ), note
     return spec
 
@@ -134,6 +150,19 @@ __global__ void spread(float *out, const float *x, int n, int m, int q)
 }
 """
     assert inferred(spread).reduction is None
+
+
+def test_a_volume_gets_a_3d_launch_and_its_neighbours_stay_inside_the_buffer() -> None:
+    """A thread per interior point of an nx x ny x nz volume: the guard's lower bounds (`k > 0`) keep the
+    reads a plane back (`u[id - nx * ny]`) inside the buffer; a block 8 deep along z."""
+    spec = inferred(LAPLACE_3D)
+    assert spec.launch.block == (32, 4, 2) and len(spec.launch.grid) == 3
+    assert spec.launch.grid[2] == "ceil_div(nz - 1, block.z)"
+    for sizes in (spec.sizes, spec.sizes | spec.verify_sizes[0]):
+        assert elements(spec, sizes)["u"] <= sizes["nx"] * sizes["ny"] * sizes["nz"]
+        assert min(sizes[n] for n in ("nx", "ny", "nz")) >= 3  # an interior at all
+    # without the lower bound a read reaches before the buffer's start: refused with the reason
+    assert "before its start" in refusal(LAPLACE_3D.replace("k > 0 && ", ""))
 
 
 def test_an_index_taken_apart_in_place_is_followed_statement_by_statement() -> None:
@@ -251,7 +280,7 @@ def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(t
 
     proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
     path = tmp_path / "layers.cu"
-    path.write_text(SCALE_CHANNELS + CHANNEL_SUMS + CHANNEL_BIAS + ROW_WINDOW + SHIFTED_ROWS)
+    path.write_text(SCALE_CHANNELS + CHANNEL_SUMS + CHANNEL_BIAS + ROW_WINDOW + SHIFTED_ROWS + LAPLACE_3D)
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in load_targets(path).targets:
             baseline = engine.baseline(target)

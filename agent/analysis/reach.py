@@ -22,7 +22,7 @@ from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.spec.expressions import evaluate
 from tree_sitter import Node
 
-AXES = ("x", "y")
+AXES = ("x", "y", "z")
 GLOBAL = {axis: f"⟨global index {axis}⟩" for axis in AXES}  # the atoms the global indices are rewritten to
 _G = {a: Form.atom(f"blockIdx.{a}") * Form.atom(f"blockDim.{a}") + Form.atom(f"threadIdx.{a}") for a in AXES}
 _NEVER_NEGATIVE_BUILTINS = frozenset(
@@ -147,6 +147,7 @@ class _Ranges:
         for loop in facts.loops:
             self.loops.setdefault(loop.variable, []).append(loop)
         self.bounds: dict[str, Form] = {}  # each global index's, once threads() found it
+        self.lows: dict[str, int] = {}  # a guard's lower bound on it (`i > 0` of a stencil): 1
         self.global_forms = dict(_G)
         self.loop_spans: dict[str, Span | str] = {}  # each counter's, once asked (every access reads them)
 
@@ -160,6 +161,7 @@ class _Ranges:
                 continue
             if _is_global(form, axis):
                 self.global_forms[axis], self.bounds[axis] = form, bound.bound
+                self.lows[axis] = _lower_bound(guard.others, bound.index)
                 return bound.bound
             (atom,) = form.atoms() if len(form.atoms()) == 1 else ("",)
             op, numerator, denominator = self.atoms.operations.get(atom, ("", Form(), Form()))
@@ -236,7 +238,7 @@ class _Ranges:
     def _atom(self, atom: str) -> Span | str:
         axis = next((a for a, name in GLOBAL.items() if name == atom), None)
         if axis is not None:
-            return Span(Form(), self.bounds[axis] - Form.constant(1))
+            return Span(Form.constant(self.lows.get(axis, 0)), self.bounds[axis] - Form.constant(1))
         if atom in self.sizes:
             return Span(Form.atom(atom), Form.atom(atom))
         if atom in _NEVER_NEGATIVE_BUILTINS:
@@ -314,3 +316,31 @@ def _is_global(form: Form, axis: str) -> bool:
 
 def _never_negative(form: Form) -> bool:
     return all(c > 0 for c in form.terms.values())
+
+
+_BELOW = {">": 1, ">=": 0}  # `i > c`: i >= c + 1
+_ABOVE = {"<": 1, "<=": 0}  # `c < i`: the same
+
+
+def _lower_bound(conjuncts: tuple[Node, ...], index: str) -> int:
+    """The least value the other conjuncts of a guard let the index take (`i > 0 && i < n - 1`: 1)."""
+    lowest = 0
+    for node in conjuncts:
+        while node.type == "parenthesized_expression" and node.named_children:
+            node = node.named_children[0]
+        if node.type != "binary_expression":
+            continue
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        operator = node.child_by_field_name("operator")
+        if left is None or right is None or operator is None:
+            continue
+        op = text(operator)
+        if text(left) == index and op in _BELOW and right.type == "number_literal":
+            number, extra = text(right), _BELOW[op]
+        elif text(right) == index and op in _ABOVE and left.type == "number_literal":
+            number, extra = text(left), _ABOVE[op]
+        else:
+            continue
+        if number.isdigit():
+            lowest = max(lowest, int(number) + extra)
+    return lowest

@@ -47,7 +47,7 @@ from cuda_agent.agent.spec.dtypes import (
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
 from cuda_agent.agent.spec.render import CHECK_ADVICE
-from cuda_agent.agent.spec.several_sizes import several_sizes
+from cuda_agent.agent.spec.several_sizes import BLOCKS, several_sizes
 from cuda_agent.agent.spec.validate import is_size_name
 from tree_sitter import Node, Tree
 
@@ -161,6 +161,9 @@ def infer_spec(
             layout = layout if isinstance(several, str) else several
     elif pitched := analysis.pitched([parameter.name for parameter, _ in int_scalars]):
         layout = _layout_pitched(pitched, analysis, size_of)
+    elif len(int_scalars) >= 3 and analysis.uses_z:  # a volume: (z, y, x) over nz, ny, nx
+        sizes = [p for p, _ in int_scalars]
+        layout = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
     elif len(int_scalars) == 3 and analysis.uses_y:
         layout = _layout_contraction([size_of[parameter.name] for parameter, _ in int_scalars], analysis)
     elif fixed:
@@ -311,23 +314,23 @@ def _layout_several(
     renamed = [p.name for p in sizes if size_of[p.name] != p.name]
     if renamed:  # the analysis' forms name the parameters; a size of another name would not match
         return f"integer parameters named like reserved words ({', '.join(renamed)}): write a spec"
-    two_d = analysis.uses_y
-    found = several_sizes(kernel, source, body, instantiate, sizes, path, two_d)
+    rank = 3 if analysis.uses_z else 2 if analysis.uses_y else 1
+    found = several_sizes(kernel, source, body, instantiate, sizes, path, rank)
     if isinstance(found, str):
         names = ", ".join(p.name for p in sizes)
-        return f"{found}; a {'2-D' if two_d else '1-D'} kernel over {len(sizes)} integer sizes ({names})"
+        return f"{found}; a {rank}-D kernel over {len(sizes)} integer sizes ({names})"
     grid = tuple(
-        f"ceil_div({threads}, block.{axis})" for threads, axis in zip(found.threads, "xy", strict=False)
+        f"ceil_div({threads}, block.{axis})" for threads, axis in zip(found.threads, "xyz", strict=False)
     )
     return Layout(
-        pattern=f"{'2-D' if two_d else '1-D'} over several sizes",
+        pattern=f"{rank}-D over several sizes",
         summary=found.summary,
         sizes=found.bench,
         verify=found.verify,
-        block=(32, 8) if two_d else (256,),
+        block=BLOCKS[rank],
         grid=grid,
         shape_of={array: (shape,) for array, shape in found.shapes.items()},
-        full_shape=(" * ".join(f"({t})" for t in found.threads) if two_d else found.threads[0],),
+        full_shape=(" * ".join(f"({t})" for t in found.threads) if rank > 1 else found.threads[0],),
     )
 
 
@@ -1054,6 +1057,12 @@ class BodyAnalysis:
             and axis[0] in ("threadIdx", "blockIdx")
             and axis[1] in ("y", "z")
             and not _in_a_line_of_blocks(node, walked.parent)
+            for node in nodes
+        )
+        self.uses_z = any(
+            (axis := _builtin_axis(node)) is not None
+            and axis[0] in ("threadIdx", "blockIdx")
+            and axis[1] == "z"
             for node in nodes
         )
         self.definitions = self._definitions(nodes)

@@ -68,11 +68,11 @@ def several_sizes(
     instantiate: str | None,
     sizes: Sequence[Parameter],
     path: Path | None = None,
-    two_d: bool = False,
+    rank: int = 1,
 ) -> Sized | str:
-    """The threads, shapes and sizes of a kernel over the integer parameters `sizes` (`two_d`: a thread
-    per (y, x), both bounded by the guard), or why not. `path`: the file's, whose own headers' #defines
-    the analysis reads (`BLOCK_SIZE * blockIdx.x + threadIdx.x`)."""
+    """The threads, shapes and sizes of a kernel over the integer parameters `sizes` (`rank` 2: a thread
+    per (y, x), both bounded by the guard; 3: per (z, y, x)), or why not. `path`: the file's, whose own
+    headers' #defines the analysis reads (`BLOCK_SIZE * blockIdx.x + threadIdx.x`)."""
     # The analysis reads targets, which read specs: imported here, once a spec is being inferred.
     from cuda_agent.agent.analysis import analyse, assigned_names
     from cuda_agent.agent.analysis.reach import GLOBAL, evaluate_form, reach
@@ -80,9 +80,9 @@ def several_sizes(
     from cuda_agent.agent.targets import KernelTarget
 
     names = frozenset(p.name for p in sizes)
-    axes = ("x", "y") if two_d else ("x",)
+    axes = ("x", "y", "z")[:rank]
     # A provisional launch of that rank: under a 1-D one blockIdx.y reads as 0 (a line of blocks is x).
-    launch = LaunchSpec((32, 8), ("1", "1")) if two_d else LaunchSpec((256,), ("1",))
+    launch = LaunchSpec(BLOCKS[rank], ("1",) * rank)
     provisional = KernelSpec(kernel.name, (), launch, instantiate=instantiate)
     target = KernelTarget(path or Path("kernel.cu"), source, kernel, provisional)
     assert body.parent is not None  # a compound statement is never the root
@@ -101,7 +101,9 @@ def several_sizes(
     counted = {atom for bound in found.threads for atom in bound.atoms()}
     if counted & set(GLOBAL.values()):
         return "the thread count depends on the threads"
-    total = found.threads[0] * found.threads[1] if two_d else found.threads[0]
+    total = found.threads[0]
+    for more in found.threads[1:]:
+        total = total * more
     bench_start = _start(counted, names, BENCH_THREADS, (BENCH_SIZE,), power_of_two=True)
     verify_start = _start(counted, names, VERIFY_THREADS, VERIFY_SIZES, power_of_two=False)
     for name in names:
@@ -133,7 +135,7 @@ def several_sizes(
                 return f"{array} is read {-lowest} elements before its start at {_listed(values)}"
         fitted.append(values)
     bench, verify = fitted
-    for values in () if two_d else fitted:
+    for values in () if rank > 1 else fitted:
         if (clash := _stored_twice(found, values)) is not None:
             return clash
     threads = tuple(bound.text() for bound in found.threads)
@@ -142,6 +144,8 @@ def several_sizes(
 
 
 _MOST_THREADS_CHECKED = 1 << 18
+# The block of each rank: 256 threads, a warp along x (a 3-D one 8 deep, for stencils' z neighbours).
+BLOCKS = {1: (256,), 2: (32, 8), 3: (32, 4, 2)}
 
 
 def _stored_twice(found: Reach, values: Mapping[str, int]) -> str | None:
