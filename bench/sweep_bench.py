@@ -1,7 +1,8 @@
-"""`python -m bench.sweep_bench PATH... [--compile]`: the offline proposers over code we did not write, on
-CPU. For every kernel of the .cu/.cuh files under PATH (a checkout of a public repository, say): whether
-it gets a spec (written, or inferred, and why not), which analysis-driven rewrites and idioms the first
-round offers (chains included), any proposer that raised (a bug: a proposer declines, it never raises),
+"""`python -m bench.sweep_bench PATH... [--compile] [--all]`: the offline proposers over code we did not
+write, on CPU. For every kernel of the .cu/.cuh files under PATH (a checkout of a public repository, say):
+whether it gets a spec (written, or inferred, and why not), which analysis-driven rewrites and idioms
+(with --all: every offline proposer, the transforms and launch tuning too) the first round offers (chains
+included), any proposer that raised (a bug: a proposer declines, it never raises),
 the slowest proposer calls, and with --compile whether each first-round candidate compiles with nvcc
 where the original does. Prints the figures and the failures; exits 1 when a proposer raised or a
 candidate broke a compiling original."""
@@ -40,9 +41,11 @@ class Sweep:
     compiled: int = 0
 
 
-def sweep(paths: Sequence[Path], compile_candidates: bool = False, arch: str = "sm_90") -> Sweep:
+def sweep(
+    paths: Sequence[Path], compile_candidates: bool = False, arch: str = "sm_90", every: bool = False
+) -> Sweep:
     found = Sweep()
-    proposers = {name: p for name, p in PROPOSERS.items() if name.startswith(ANALYSED)}
+    proposers = {name: p for name, p in PROPOSERS.items() if every or name.startswith(ANALYSED)}
     for path in find_sources(paths):
         try:
             targets = load_targets(path).targets
@@ -109,11 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders of CUDA code")
     parser.add_argument("--compile", action="store_true", help="compile every first-round candidate (nvcc)")
     parser.add_argument("--arch", default="sm_90", help="compile for this target (default sm_90)")
+    parser.add_argument(
+        "--all", action="store_true", help="every offline proposer, not only the analysis-driven ones"
+    )
     arguments = parser.parse_args(argv)
-    found = sweep(arguments.paths, arguments.compile, arguments.arch)
+    found = sweep(arguments.paths, arguments.compile, arguments.arch, arguments.all)
     print(
         f"kernels: {found.kernels}; with a spec: {found.with_spec}; "
-        f"offered a rewrite or an idiom: {found.offered}"
+        f"offered {'a candidate' if arguments.all else 'a rewrite or an idiom'}: {found.offered}"
     )
     for proposer, count in found.by_proposer.most_common():
         print(f"  {proposer}: {count} kernels")

@@ -37,3 +37,10 @@ def test_with_compile_every_candidate_of_a_compiling_original_compiles(tmp_path:
     printed = capsys.readouterr().out
     assert "kernels: 2; with a spec: 1; offered a rewrite or an idiom: 1" in printed
     assert "broken where the original compiles: 0" in printed
+
+
+def test_with_all_the_transforms_and_launch_tuning_are_counted_too(tmp_path: Path) -> None:
+    found = sweep([folder(tmp_path)], every=True)
+    assert found.by_proposer["rewrite:block-to-loop"] == 1 and not found.raised
+    assert found.by_proposer["launch-config"] == 1 and found.by_proposer["restrict"] == 1
+    assert "launch-config" not in sweep([folder(tmp_path)]).by_proposer
