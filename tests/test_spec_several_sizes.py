@@ -165,6 +165,21 @@ def test_a_volume_gets_a_3d_launch_and_its_neighbours_stay_inside_the_buffer() -
     assert "before its start" in refusal(LAPLACE_3D.replace("k > 0 && ", ""))
 
 
+def test_an_early_returns_lower_bound_keeps_a_read_one_back_inside_the_buffer() -> None:
+    """`if (i < 1 || i >= n - 1) return;` says what `i > 0 && i < n - 1` says of the body."""
+    smooth = """
+__global__ void smooth(const float *u, float *out, int n, int width, int rounds)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 1 || i >= n - 1) return;
+    out[i] = (u[i - 1] + u[i] + u[i + 1]) * (1.0f / 3) + width * rounds * 0.0f;
+}
+"""
+    spec = inferred(smooth)
+    assert shapes(spec) == {"u": ("n",), "out": ("n - 1",)}
+    assert "before its start" in refusal(smooth.replace("i < 1 || ", ""))
+
+
 def test_an_index_taken_apart_in_place_is_followed_statement_by_statement() -> None:
     spec = inferred(CHANNEL_BIAS)
     assert shapes(spec) == {"out": ("batch*channels*plane",), "bias": ("channels",)}

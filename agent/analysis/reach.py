@@ -161,7 +161,7 @@ class _Ranges:
                 continue
             if _is_global(form, axis):
                 self.global_forms[axis], self.bounds[axis] = form, bound.bound
-                self.lows[axis] = _lower_bound(guard.others, bound.index)
+                self.lows[axis] = _lower_bound(guard.others, bound.index, guard.early_return)
                 return bound.bound
             (atom,) = form.atoms() if len(form.atoms()) == 1 else ("",)
             op, numerator, denominator = self.atoms.operations.get(atom, ("", Form(), Form()))
@@ -318,12 +318,18 @@ def _never_negative(form: Form) -> bool:
     return all(c > 0 for c in form.terms.values())
 
 
-_BELOW = {">": 1, ">=": 0}  # `i > c`: i >= c + 1
-_ABOVE = {"<": 1, "<=": 0}  # `c < i`: the same
+# `i > c` (or `c < i`) in a guard's conjunction: i >= c + 1; in an early return's exit conditions, `i < c`
+# (or `c > i`) says the same of the body: i >= c.
+_LOWER = {">": 1, ">=": 0}
+_LOWER_MIRRORED = {"<": 1, "<=": 0}
+_EXIT = {"<": 0, "<=": 1}
+_EXIT_MIRRORED = {">": 0, ">=": 1}
 
 
-def _lower_bound(conjuncts: tuple[Node, ...], index: str) -> int:
-    """The least value the other conjuncts of a guard let the index take (`i > 0 && i < n - 1`: 1)."""
+def _lower_bound(conjuncts: tuple[Node, ...], index: str, early_return: bool) -> int:
+    """The least value the guard's other conditions let the index take in the body (`i > 0 && i < n - 1`,
+    or `if (i < 1 || i >= n - 1) return;`: 1)."""
+    on_left, on_right = (_EXIT, _EXIT_MIRRORED) if early_return else (_LOWER, _LOWER_MIRRORED)
     lowest = 0
     for node in conjuncts:
         while node.type == "parenthesized_expression" and node.named_children:
@@ -335,10 +341,10 @@ def _lower_bound(conjuncts: tuple[Node, ...], index: str) -> int:
         if left is None or right is None or operator is None:
             continue
         op = text(operator)
-        if text(left) == index and op in _BELOW and right.type == "number_literal":
-            number, extra = text(right), _BELOW[op]
-        elif text(right) == index and op in _ABOVE and left.type == "number_literal":
-            number, extra = text(left), _ABOVE[op]
+        if text(left) == index and op in on_left and right.type == "number_literal":
+            number, extra = text(right), on_left[op]
+        elif text(right) == index and op in on_right and left.type == "number_literal":
+            number, extra = text(left), on_right[op]
         else:
             continue
         if number.isdigit():
