@@ -457,3 +457,42 @@ def test_an_allocation_sized_by_its_own_element_reads_the_declared_type() -> Non
     problem, launch = resolve(spec)
     assert {a.name: a.numel for a in problem.arguments if a.is_buffer} == {"A": 3000 * 2000, "B": 3000 * 2000}
     assert launch.grid[:2] == (188, 125) and spec.sizes == {"m": 3000, "n": 2000}
+
+
+PARTIAL_SUMS = """\
+#define MIN_OF(x, y) ((x) < (y) ? (x) : (y))
+const int kElems = 40000;
+const int kThreads = 128;
+const int kBlocks = MIN_OF(64, (kElems + kThreads - 1) / kThreads);
+
+__global__ void partial_sums(const float* v, float* partial) {
+    __shared__ float buf[kThreads];
+    float s = 0.f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kElems; i += blockDim.x * gridDim.x) s += v[i];
+    buf[threadIdx.x] = s;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) buf[threadIdx.x] += buf[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = buf[0];
+}
+
+int main() {
+    float *d_v, *d_partial;
+    cudaMalloc(&d_v, kElems * sizeof(float));
+    cudaMalloc(&d_partial, kBlocks * sizeof(float));
+    partial_sums<<<kBlocks, kThreads>>>(d_v, d_partial);
+    cudaDeviceSynchronize();
+}
+"""
+
+
+def test_a_function_like_macro_and_a_hand_written_min_are_followed() -> None:
+    """`#define MIN_OF(x, y) ((x) < (y) ? (x) : (y))` in the grid's constant: expanded where it is
+    called, its `a < b ? a : b` read as min(a, b)."""
+    spec, note = inferred(PARTIAL_SUMS, "partial_sums")
+    assert spec is not None, note
+    problem, launch = resolve(spec)
+    assert launch.grid[0] == 64 and launch.block[0] == 128
+    assert {a.name: a.numel for a in problem.arguments if a.is_buffer} == {"v": 40000, "partial": 64}

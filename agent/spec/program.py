@@ -91,6 +91,8 @@ class ProgramHost:
         self.tree, self.data = tree, data
         self.place = place  # " of runner.cu" where the launches are in another file than the kernel
         self._define_texts: dict[str, tuple[str, int]] = {}  # name -> (value text, line); parsed when used
+        # `#define imin(a, b) (a < b ? a : b)`: name -> (parameters, body text), expanded where called
+        self.function_macros: dict[str, tuple[tuple[str, ...], str]] = {}
         self._define_spans: dict[str, tuple[int, int]] = {}  # name -> its value's bytes, spaces trimmed
         self._defines: dict[str, _Definition] = {}
         self.constants: dict[str, _Definition] = {}
@@ -223,6 +225,8 @@ class ProgramHost:
             if kind in ("preproc_def", "declaration", "type_definition", "alias_declaration"):
                 self._globals.append(self.data[child.start_byte : child.end_byte])
                 self.relevant.append((child.start_byte, child.end_byte))
+            if kind == "preproc_function_def":
+                self._function_macro(child)
             if kind == "preproc_def":
                 self._define(child)
             elif kind == "declaration":
@@ -310,6 +314,23 @@ class ProgramHost:
             start = value.start_byte + len(raw) - len(raw.lstrip())
             self._define_spans[self.text(name)] = (start, start + len(raw.strip()))
 
+    def _function_macro(self, node: Node) -> None:
+        name, listed = node.child_by_field_name("name"), node.child_by_field_name("parameters")
+        value = node.child_by_field_name("value")
+        if name is None or listed is None or value is None:
+            return
+        parameters = tuple(self.text(p) for p in listed.named_children if p.type == "identifier")
+        self.function_macros[self.text(name)] = (parameters, self.text(value).strip())
+
+    def expand(self, name: str, arguments: list[Node]) -> Node | None:
+        """A function-like macro's call as the expression it stands for (each argument in parentheses)."""
+        parameters, body = self.function_macros.get(name, ((), ""))
+        if not body or len(parameters) != len(arguments):
+            return None
+        given = {p: f"({self.text(a)})" for p, a in zip(parameters, arguments, strict=True)}
+        expanded = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: given.get(m.group(0), m.group(0)), body)
+        return _parse_expression_text(expanded)
+
     def include(self, header: ProgramHost) -> None:
         """Take the #defines, constants and type aliases of a header this file includes (the kernel's own
         file, when the launches are here); this file's own win."""
@@ -377,6 +398,28 @@ def _runs_once(loop: Node, name: str, file: ProgramHost) -> bool:
     except ValueError:
         return False
     return (operator.type == "<" and bound <= 1) or (operator.type == "<=" and bound <= 0)
+
+
+def _min_or_max(node: Node, file: ProgramHost) -> tuple[str, Node, Node] | None:
+    """`a < b ? a : b` (min), `a > b ? a : b` (max), either way round: (min/max, a, b)."""
+    condition = unwrapped(node.child_by_field_name("condition"))  # type: ignore[arg-type]
+    chosen = [node.child_by_field_name(f) for f in ("consequence", "alternative")]
+    if condition.type != "binary_expression" or None in chosen:
+        return None
+    left, right = condition.child_by_field_name("left"), condition.child_by_field_name("right")
+    operator = _text_of(condition, "operator", file)
+    if left is None or right is None or operator not in ("<", "<=", ">", ">="):
+        return None
+
+    def same(a: Node, b: Node) -> bool:
+        return "".join(file.text(unwrapped(a)).split()) == "".join(file.text(unwrapped(b)).split())
+
+    first, second = chosen  # type: ignore[misc]
+    if same(first, left) and same(second, right):  # the left one when it is the smaller
+        return ("min" if operator in ("<", "<=") else "max"), left, right
+    if same(first, right) and same(second, left):
+        return ("max" if operator in ("<", "<=") else "min"), left, right
+    return None
 
 
 def _parse_expression_text(text: str) -> Node | None:
@@ -816,7 +859,11 @@ class _Translation:
         return inner if _atomic(inner) else f"({inner})"
 
     def conditional(self, node: Node, scope: _Scope | None) -> str:
-        """`argc > 1 ? atoi(argv[1]) : 1 << 20`: the program's default."""
+        """`argc > 1 ? atoi(argv[1]) : 1 << 20`: the program's default; `a < b ? a : b`: min(a, b)."""
+        picked = _min_or_max(node, self.file)
+        if picked is not None:
+            spelled, left, right = picked
+            return f"{spelled}({self.expression(left, scope)}, {self.expression(right, scope)})"
         chosen = _runtime_default(node, self.file)
         if chosen is None:
             raise NotFollowed(f"a conditional value {self.file.text(node)!r}")
@@ -857,6 +904,9 @@ class _Translation:
                 return self._atomic_expression(definition.value, definition.scope)
         if callee.split("::")[-1] in RUNTIME_CALLS:
             raise NotFollowed(f"{self.file.text(node)!r} is read at run time")
+        expanded = self.file.expand(callee, arguments)
+        if expanded is not None:
+            return f"({self.expression(expanded, scope)})"
         raise NotFollowed(f"the call {self.file.text(node)!r}")
 
     def sizeof(self, node: Node, scope: _Scope | None = None) -> int:
