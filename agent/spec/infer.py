@@ -241,7 +241,7 @@ def classify_parameters(
         c_type = template_types.get(parameter.type, parameter.type)
         dtype = dtype_of(c_type)
         if dtype is None and parameter.is_pointer and (vector := vector_of(c_type)) is not None:
-            dtype = vector[0]  # a float4* is float32 with a trailing axis of 4 (vector_lanes)
+            dtype = vector[0]  # a float4* is float32; infer_spec adds the trailing axis of 4 (`lanes`)
         if not parameter.name:
             return f"parameter '{parameter.text}' has no name"
         if parameter.pointer_depth > 1 or (parameter.is_pointer and dtype is None):

@@ -144,7 +144,8 @@ def several_sizes(
 
 
 _MOST_THREADS_CHECKED = 1 << 18
-# The block of each rank: 256 threads, a warp along x (a 3-D one 8 deep, for stencils' z neighbours).
+# The block of each rank: 256 threads, a warp along x (a 3-D one 4 rows by 2 planes: a plane's neighbours
+# along y and z stay in L1 for the block).
 BLOCKS = {1: (256,), 2: (32, 8), 3: (32, 4, 2)}
 
 
