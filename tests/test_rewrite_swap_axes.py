@@ -73,6 +73,17 @@ def test_blocks_stepped_by_a_number_are_swapped_with_the_indices(tmp_path: Path)
     assert compile_kernel(device_source(candidate.source), "weight_rows").ok
 
 
+@needs_compiler
+def test_a_vector_read_along_the_other_axis_does_not_stop_it(tmp_path: Path) -> None:
+    """A per-column weight (`w[c]`, the same for a warp's rows before, neighbours after) and a per-row
+    one (`b[r]`: neighbours before, one element after) cost no more swapped: still offered."""
+    source = ROWS_ON_X.replace("2.f * in[r * cols + c]", "w[c] * in[r * cols + c] + b[r]").replace(
+        "const float* in,", "const float* in, const float* w, const float* b,"
+    )
+    (candidate,) = swap_axes.propose(target_of(source, tmp_path))
+    assert compile_kernel(device_source(candidate.source), "scale_rows").ok
+
+
 @pytest.mark.parametrize(
     ("source", "why"),
     [

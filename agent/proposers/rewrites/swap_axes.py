@@ -1,12 +1,13 @@
 """A 2-D kernel whose x index walks memory a row at a time -> x and y swapped, so that neighbouring
 threads of a warp touch neighbouring addresses.
 
-Driven by the analysis: every access's offset steps a whole stride (a size, a pitch: `a[i * n + j]` with
-i from threadIdx.x) between neighbouring x threads and one element between neighbouring y threads. A
-warp then reads 32 elements a row apart, 32 transactions where one would do (column-major code, images
-indexed [x][y], a first draft that put the row on x). Swapping every threadIdx/blockIdx/blockDim/gridDim
-`.x` with its `.y` in the body, and the grid's two counts, gives each thread the other axis' role: every
-(i, j) is still computed by one thread, now with j along the warp.
+Driven by the analysis' coalescing model (a warp's access costs one line as a broadcast or as
+neighbours, a line a thread at a stride): offered where some access costs less with the y stride along
+the warp than with the x stride and none costs more. The case it is for: `a[i * n + j]` with i from
+threadIdx.x, a warp reading 32 elements a row apart, 32 transactions where one would do (column-major
+code, images indexed [x][y], a first draft that put the row on x). Swapping every threadIdx, blockIdx,
+blockDim and gridDim `.x` with its `.y` in the body, and the grid's two counts, gives each thread the
+other axis' role: every (i, j) is still computed by one thread, now with j along the warp.
 
 Not offered where threads of a warp work together (shuffles, votes, `warpSize`, cooperative groups): a
 warp is made of other threads after the swap. Indices that step blocks by a number (`blockIdx.x * 16`)
@@ -61,17 +62,27 @@ def propose(target: KernelTarget) -> list[Candidate]:
 
 
 def _strided_along_x(facts: KernelFacts) -> bool:
-    """Every access a stride other than one apart between neighbouring x threads and one element apart
-    between neighbouring y threads (after the swap: one apart along the warp)."""
+    """Whether the swap helps: no access costs more with the y stride along the warp than with the x
+    stride, and some cost less."""
     if not facts.accesses:
         return False
+    better = False
     for access in facts.accesses:
         along_x, along_y = access.stride("threadIdx.x"), access.stride("threadIdx.y")
-        if along_x is None or along_y is None or along_y != Form.constant(1):
+        if along_x is None or along_y is None:
             return False
-        if along_x.value() is not None and abs(along_x.value() or 0) <= 1:
+        before, after = _cost(along_x), _cost(along_y)
+        if after > before:
             return False
-    return True
+        better = better or after < before
+    return better
+
+
+def _cost(stride: Form) -> int:
+    """A warp's transactions, in order: 1 for one element or neighbours (a broadcast or one 128-byte
+    line), 2 for a stride (a line a thread)."""
+    value = stride.value()
+    return 1 if value is not None and abs(value) <= 1 else 2
 
 
 def _block_after(facts: KernelFacts, block: tuple[int, ...]) -> tuple[int, ...] | None:
