@@ -180,6 +180,35 @@ __global__ void smooth(const float *u, float *out, int n, int width, int rounds)
     assert "before its start" in refusal(smooth.replace("i < 1 || ", ""))
 
 
+# A thread per row of n, the rows `offset` apart (darknet's softmax layer, its helper written out).
+ROWS_OFFSET_APART = """
+__global__ void scale_rows(int n, int offset, int batch, const float *input, float *output)
+{
+    int b = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+    if (b >= batch) return;
+    const float *in = input + b * offset;
+    float *out = output + b * offset;
+    for (int i = 0; i < n; ++i) out[i] = 2.0f * in[i];
+}
+"""
+
+
+def test_a_size_that_spaces_the_threads_rows_is_a_pitch_at_least_a_row_long() -> None:
+    """Named like an offset, but it scales the index in a store: at 0 every thread would write row 0, and
+    below n two threads' rows would overlap. It is fitted as a pitch of at least n, verify sizes too."""
+    spec = inferred(ROWS_OFFSET_APART)
+    for sizes in (spec.sizes, spec.sizes | spec.verify_sizes[0]):
+        assert sizes["offset"] >= sizes["n"] >= 1, sizes
+    assert spec.verify_sizes[0]["offset"] != spec.verify_sizes[0]["n"]  # a rewrite mixing them up fails
+
+
+def test_threads_whose_loops_store_to_one_element_are_refused() -> None:
+    """Every thread adds its row into the same n sums from the loop's first iteration on: the original
+    races at any sizes, so no spec is offered for it to be measured with."""
+    racing = ROWS_OFFSET_APART.replace("out[i] = 2.0f * in[i];", "output[i] += in[i];")
+    assert "two threads store to one element" in refusal(racing)
+
+
 def test_an_index_taken_apart_in_place_is_followed_statement_by_statement() -> None:
     spec = inferred(CHANNEL_BIAS)
     assert shapes(spec) == {"out": ("batch*channels*plane",), "bias": ("channels",)}

@@ -13,10 +13,10 @@ batch*filters*spatial elements.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-from cuda_agent.agent.analysis.facts import KernelFacts, Loop
+from cuda_agent.agent.analysis.facts import Access, KernelFacts, Loop
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.spec.expressions import evaluate
@@ -49,9 +49,14 @@ class Reach:
     needed: dict[str, list[Form]]  # likewise; a spec's shape is their max
     work: list[Form]  # per access, the loop iterations one thread runs to reach it, at most
     # the offsets stored to outside loops, with `GLOBAL[axis]` for each global index (for the caller's
-    # check that two threads never store to one element)
+    # check that two threads never store to one element); a loop's unconditional stores at its first
+    # iteration count too (two threads storing to one element then race, whatever the later ones do)
     stored: list[Form]
     atoms: Atoms  # what the division atoms of the forms stand for
+    # forms that must stay at least 1 for two threads' stores in loops never to meet: for a store at
+    # `c * i + j` (i the global index along x, j a loop counter), c - (j's span): a row pitch of at
+    # least the row a thread writes (`out[b * offset + j]`, j < n: offset >= n)
+    separations: list[Form] = field(default_factory=list)
 
     def offsets(self, form: Form, values: Mapping[str, int], most: int) -> np.ndarray | None:
         """The form's value for each of the first `most` threads of a 1-D launch at these sizes, or None
@@ -59,7 +64,9 @@ class Reach:
         index = np.arange(min(evaluate_form(self.threads[0], values), most), dtype=np.int64)
         # one block as wide as the launch: blockIdx.x * blockDim.x + threadIdx.x is the thread's position
         launch = {"threadIdx.x": index, "blockIdx.x": 0, "blockDim.x": 1, "gridDim.x": 1}
-        return _evaluated(form, {GLOBAL["x"]: index, **launch, **values}, self.atoms)
+        found = _evaluated(form, {GLOBAL["x"]: index, **launch, **values}, self.atoms)
+        # a form the index does not move is the same element for every thread
+        return None if found is None else np.broadcast_to(np.asarray(found, dtype=np.int64), index.shape)
 
 
 def reach(facts: KernelFacts, sizes: frozenset[str], axes: tuple[str, ...] = ("x",)) -> Reach | str:
@@ -77,12 +84,18 @@ def reach(facts: KernelFacts, sizes: frozenset[str], axes: tuple[str, ...] = ("x
     needed: dict[str, list[Form]] = {}
     work: list[Form] = []
     stored: list[Form] = []
+    separations: list[Form] = []
     for access in facts.accesses:
+        first = _at_first_iteration(access, ranges.loops) if access.loops else access.offset
+        apart = ranges.separation(access.offset, access.loops) if access.write and access.loops else None
+        if apart is not None and apart not in separations:
+            separations.append(apart)
         if (
             access.write
-            and not access.loops
+            and first is not None
             and not _stores_a_constant(access.node)
-            and (offset := ranges.in_global_indices(access.offset)) not in stored
+            and not _in_an_atomic(access.node)
+            and (offset := ranges.in_global_indices(first)) not in stored
         ):
             stored.append(offset)
         span = ranges.span(access.offset)
@@ -96,7 +109,57 @@ def reach(facts: KernelFacts, sizes: frozenset[str], axes: tuple[str, ...] = ("x
         if isinstance(trips, str):
             return trips
         work.append(trips)
-    return Reach(tuple(threads), lowest, needed, work, stored, facts.atoms)
+    return Reach(tuple(threads), lowest, needed, work, stored, facts.atoms, separations)
+
+
+def _at_first_iteration(access: Access, loops: Mapping[str, list[Loop]]) -> Form | None:
+    """A store's offset at its loops' first iterations (each counter at its start, innermost first, so
+    that an inner start naming an outer counter is resolved too); None where the store may be skipped
+    then: a branch or a `continue`/`break` in the loop nest, or a loop not counted."""
+    around = [_enclosing(access.node, loops.get(variable, [])) for variable in access.loops]
+    if any(loop is None for loop in around):
+        return None
+    outermost = around[0]
+    assert outermost is not None
+    if any(n.type in _SKIPPING for n in _descendants(outermost.body)):
+        return None
+    offset = access.offset
+    for variable, loop in zip(reversed(access.loops), reversed(around), strict=True):
+        assert loop is not None
+        offset = offset.substitute(variable, loop.start)
+    return offset
+
+
+def _enclosing(node: Node, loops: list[Loop]) -> Loop | None:
+    """The loop of those (one counter's, `int i;` reused by several) whose statement holds the node."""
+    at = node.start_byte
+    return next((loop for loop in loops if loop.node.start_byte <= at < loop.node.end_byte), None)
+
+
+_SKIPPING = frozenset(
+    {"if_statement", "conditional_expression", "continue_statement", "break_statement", "return_statement"}
+)
+
+
+def _descendants(node: Node) -> list[Node]:
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        pending.extend(current.named_children)
+    return found
+
+
+def _in_an_atomic(node: Node) -> bool:
+    """`atomicAdd(&sum[k], v)`, `atomicMax(best, v)`: threads meeting at one element there do not race."""
+    parent: Node | None = node  # the access itself when the analysis names the call (`atomicAdd(p, 1)`)
+    while parent is not None and parent.type not in ("expression_statement", "compound_statement"):
+        if parent.type == "call_expression":
+            function = parent.child_by_field_name("function")
+            if function is not None and text(function).split("::")[-1].startswith("atomic"):
+                return True
+        parent = parent.parent
+    return False
 
 
 def _stores_a_constant(node: Node) -> bool:
@@ -177,6 +240,23 @@ class _Ranges:
                 return loop.bound
         along = "" if axis == "x" else f" along {axis}"
         return f"no bound on the global index{along} (an `if (i < n)` guard or a grid-stride loop over n)"
+
+    def separation(self, offset: Form, counters: tuple[str, ...]) -> Form | None:
+        """For a store at `c * i + j + rest` (i the global index along x, c of sizes, j one of the store's
+        loop counters, rest of sizes: each thread writing a row of its own, `out[b * offset + j]`): c
+        minus the span of j + rest, which must stay at least 1 for the threads' rows never to meet."""
+        form = self.in_global_indices(offset)
+        step = form.coefficient(GLOBAL["x"])
+        if step is None or not step.atoms() or not step.atoms() <= self.sizes:
+            return None
+        rest = form - step * Form.atom(GLOBAL["x"])
+        along = [c for c in counters if rest.coefficient(c) == Form.constant(1)]
+        if len(along) != 1 or not rest.atoms() <= self.sizes | {along[0]}:
+            return None  # interleaved rows (`step * row`), or what else the offset reads: not this check
+        span = self.span(rest)
+        if isinstance(span, str) or span.high is None:
+            return None
+        return step - (span.high - span.low)
 
     def span(self, form: Form) -> Span | str:
         low, high = Form(), Form()

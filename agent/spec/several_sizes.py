@@ -106,7 +106,9 @@ def several_sizes(
         total = total * more
     bench_start = _start(counted, names, BENCH_THREADS, (BENCH_SIZE,), power_of_two=True)
     verify_start = _start(counted, names, VERIFY_THREADS, VERIFY_SIZES, power_of_two=False)
-    for name in names:
+    # a size that scales the index in a store is a pitch whatever its name (`b * offset`): fitted, not 0
+    pitches = {atom for form in found.separations for atom in form.atoms()} - counted
+    for name in names - pitches:
         if (by_name := _by_name(name)) is not None:
             bench_start[name], verify_start[name] = by_name
     shapes = {array: _max_text(_undominated(forms)) for array, forms in found.needed.items()}
@@ -119,6 +121,7 @@ def several_sizes(
         if denominator.atoms() and denominator.atoms() <= names
     ]
     positive += _one_store_a_thread(found.stored, found.threads, GLOBAL, bench_start)
+    positive += found.separations if rank == 1 else []
     fitted = []
     for start, caps in ((bench_start, BENCH_CAPS), (verify_start, VERIFY_CAPS)):
         capped = [(text, caps.elements) for text in shapes.values()]
