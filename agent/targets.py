@@ -48,6 +48,7 @@ from cuda_agent.agent.spec.program import (
 from cuda_agent.agent.spec.resolve import instantiation
 from cuda_agent.agent.spec.source import marker_offsets, markers_after_edit
 from cuda_agent.agent.spec.validate import split_template_arguments
+from cuda_agent.agent.spec.written_out import called_helpers
 from cuda_agent.sandbox.plan import LaunchPlan, Problem
 from tree_sitter import Tree
 
@@ -515,9 +516,11 @@ def _inferred(
     words = {word.decode() for word in _IDENTIFIER.findall(own)}
     named = tuple(sorted((name, defined[name]) for name in words & defined.keys()))
 
+    helpers = called_helpers(tree, kernel.name, words)  # read written out where the kernel is refused
+
     def from_signature() -> tuple[KernelSpec | None, str]:
         return _FROM_SIGNATURE.get_or_make(
-            (own, aliases, named), lambda: infer_spec(kernel, text, tree, typedefs, headers, path)
+            (own, aliases, named, helpers), lambda: infer_spec(kernel, text, tree, typedefs, headers, path)
         )
 
     if dependencies is None:

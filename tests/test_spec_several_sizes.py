@@ -202,6 +202,55 @@ def test_a_size_that_spaces_the_threads_rows_is_a_pitch_at_least_a_row_long() ->
     assert spec.verify_sizes[0]["offset"] != spec.verify_sizes[0]["n"]  # a rewrite mixing them up fails
 
 
+# darknet's way: the kernel hands each thread's row to a `__device__` helper that loops over it.
+ROWS_THROUGH_A_HELPER = """
+__device__ float row_max(const float *x, int n)
+{
+    float m = x[0];
+    for (int i = 1; i < n; ++i) m = fmaxf(m, x[i]);
+    return m;
+}
+
+__device__ void shifted_exp(int n, const float *x, float shift, float *y)
+{
+    for (int i = 0; i < n; ++i) y[i] = expf(x[i] - shift);
+}
+
+__global__ void rows_exp(int n, int offset, int batch, const float *input, float *output)
+{
+    int b = (blockIdx.x + blockIdx.y * gridDim.x) * blockDim.x + threadIdx.x;
+    if (b >= batch) return;
+    float top = row_max(input + b * offset, n);
+    shifted_exp(n, input + b * offset, top, output + b * offset);
+}
+"""
+
+
+def test_a_kernel_handing_its_rows_to_helpers_is_read_with_the_helpers_written_out() -> None:
+    (kernel,) = [k for k in find_kernels(ROWS_THROUGH_A_HELPER) if k.name == "rows_exp"]
+    spec, note = infer_spec(kernel, ROWS_THROUGH_A_HELPER)
+    assert spec is not None, note
+    assert note.endswith("read with its helper calls written out")
+    for sizes in (spec.sizes, spec.sizes | spec.verify_sizes[0]):
+        assert sizes["offset"] >= sizes["n"] >= 1, sizes  # rows apart: no two threads write one element
+    # the original source is untouched: the written-out text is the analysis' alone
+    assert "shifted_exp(n, input + b * offset" in ROWS_THROUGH_A_HELPER
+
+
+def test_an_edit_to_a_helper_alone_is_seen_by_the_kernels_spec(tmp_path: Path) -> None:
+    """Specs are kept per kernel text; the helpers a refused kernel is read through are part of what
+    they are kept by, so editing a helper (here: its definition removed) is not answered from before."""
+    path = tmp_path / "rows.cu"
+    first = load_targets(path, ROWS_THROUGH_A_HELPER).find("rows_exp")
+    assert first is not None and first.spec is not None
+    declared_only = ROWS_THROUGH_A_HELPER.replace(
+        "{\n    for (int i = 0; i < n; ++i) y[i] = expf(x[i] - shift);\n}", ";"
+    )
+    assert declared_only != ROWS_THROUGH_A_HELPER
+    second = load_targets(path, declared_only).find("rows_exp")
+    assert second is not None and second.spec is None and "handed to a function" in second.note
+
+
 def test_threads_whose_loops_store_to_one_element_are_refused() -> None:
     """Every thread adds its row into the same n sums from the loop's first iteration on: the original
     races at any sizes, so no spec is offered for it to be measured with."""
@@ -239,8 +288,8 @@ def test_divisors_stay_positive_and_a_window_is_a_window() -> None:
 )
 def test_a_reach_that_cannot_be_known_is_refused_with_the_reason(change: tuple[str, str], why: str) -> None:
     source = SCALE_CHANNELS.replace(*change)
-    if "scale_row" in source:
-        source = "__device__ void scale_row(float *r, const float *g, int c) { r[0] *= g[c]; }\n" + source
+    if "scale_row" in source:  # declared here, defined in another file: not seen, so not written out
+        source = "__device__ void scale_row(float *r, const float *g, int c);\n" + source
     note = refusal(source)
     assert why in note and "6 integer sizes" not in note, note
 

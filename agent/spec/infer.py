@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cuda_agent.agent.kernels import Kernel, Parameter
+from cuda_agent.agent.kernels import Kernel, Parameter, find_kernels
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import Monomial, linear_form, parse_cuda
 from cuda_agent.agent.spec.dtypes import (
@@ -49,6 +49,7 @@ from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, Laun
 from cuda_agent.agent.spec.render import CHECK_ADVICE
 from cuda_agent.agent.spec.several_sizes import BLOCKS, several_sizes
 from cuda_agent.agent.spec.validate import is_size_name
+from cuda_agent.agent.spec.written_out import written_out
 from tree_sitter import Node, Tree
 
 ELEMENTS_1D, VERIFY_1D = 16_777_216, 1_000_003
@@ -102,7 +103,30 @@ def infer_spec(
     """(spec, note) when the kernel has a recognised shape; (None, why not) otherwise. `typedefs`: the
     file's type aliases (`typedef __nv_bfloat16 floatX;`), followed to the element type; `headers`: the
     texts of the file's own headers, whose #defines (a TILE, sizes) count as the file's; `path`: the
-    file's, where the analysis looks for those headers itself."""
+    file's, where the analysis looks for those headers itself. A kernel that calls the file's own
+    `__device__` helpers and is refused is read again with those calls written out (spec/written_out.py)."""
+    spec, note = _inferred(kernel, source, tree, typedefs, headers, path)
+    if spec is not None or kernel.has_errors:
+        return spec, note
+    expanded = written_out(kernel, source, tree)
+    again = next((k for k in find_kernels(expanded) if k.name == kernel.name), None) if expanded else None
+    if again is None:
+        return spec, note
+    spec, expanded_note = _inferred(again, expanded, None, typedefs, headers, path)
+    if spec is None:
+        return None, note
+    written = f"{expanded_note}; read with its helper calls written out"
+    return replace(spec, inference_note=written), written
+
+
+def _inferred(
+    kernel: Kernel,
+    source: str,
+    tree: Tree | None,
+    typedefs: Mapping[str, str] | None,
+    headers: Sequence[bytes],
+    path: Path | None,
+) -> tuple[KernelSpec | None, str]:
     if kernel.has_errors:
         return None, "the kernel has syntax errors"
     instantiate, template_types = instantiation(kernel)
