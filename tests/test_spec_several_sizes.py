@@ -373,7 +373,16 @@ def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(t
 
     proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
     path = tmp_path / "layers.cu"
-    path.write_text(SCALE_CHANNELS + CHANNEL_SUMS + CHANNEL_BIAS + ROW_WINDOW + SHIFTED_ROWS + LAPLACE_3D)
+    path.write_text(
+        SCALE_CHANNELS
+        + CHANNEL_SUMS
+        + CHANNEL_BIAS
+        + ROW_WINDOW
+        + SHIFTED_ROWS
+        + LAPLACE_3D
+        + ROWS_OFFSET_APART
+        + ROWS_THROUGH_A_HELPER
+    )
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in load_targets(path).targets:
             baseline = engine.baseline(target)
