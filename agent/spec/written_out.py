@@ -11,13 +11,16 @@ that are not templates, take no reference, and return only at their end.
 
 from __future__ import annotations
 
+import re
 from itertools import count
 
 from cuda_agent.agent.kernels import Kernel
+from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import parse_cuda
 from tree_sitter import Node, Tree
 
 _DEPTH = 2  # helpers calling helpers: written out twice over
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 def written_out(kernel: Kernel, source: str, tree: Tree | None = None) -> str | None:
@@ -26,9 +29,12 @@ def written_out(kernel: Kernel, source: str, tree: Tree | None = None) -> str | 
     for _ in range(_DEPTH):
         tree = tree or parse_cuda(source)
         data = source.encode("utf-8")
-        helpers = _helpers(tree.root_node, kernel.name)
+        helpers = _helpers(tree, kernel.name)
+        own = data[kernel.start_byte : kernel.end_byte] if not changed else None
+        if own is not None and not helpers.keys() & set(_IDENTIFIER.findall(own.decode("utf-8"))):
+            break  # the kernel calls none (most kernels of a big file): no walk of the file for it
         body = _kernel_body(tree.root_node, kernel.name)
-        if body is None or not helpers:
+        if body is None:
             break
         edits = [e for s in _statements(body) if (e := _written(s, helpers, data)) is not None]
         if not edits:
@@ -42,19 +48,28 @@ def written_out(kernel: Kernel, source: str, tree: Tree | None = None) -> str | 
 def called_helpers(tree: Tree, kernel: str, words: set[str]) -> tuple[bytes, ...]:
     """The texts of the file's helpers named in the kernel (`words`): what a written-out reading of it
     depends on besides its own text (a memo of inferred specs keys on them)."""
-    helpers = sorted(_helpers(tree.root_node, kernel).items())
-    return tuple(node.text or b"" for name, node in helpers if name in words)
+    found = _FILE_HELPERS.get_or_make(tree, lambda: _device_functions(tree.root_node))
+    return tuple(found[name].text or b"" for name in sorted(words & found.keys()) if name != kernel)
 
 
-def _helpers(root: Node, kernel: str) -> dict[str, Node]:
+# Each tree's helpers, found once: a file of thousands of kernels asks for them once a kernel.
+_FILE_HELPERS: BoundedMemo[Tree, dict[str, Node]] = BoundedMemo(8)
+
+
+def _helpers(tree: Tree, kernel: str) -> dict[str, Node]:
     """The file's `__device__` functions by name (not templates, not the kernel)."""
+    found = _FILE_HELPERS.get_or_make(tree, lambda: _device_functions(tree.root_node))
+    return {name: node for name, node in found.items() if name != kernel}
+
+
+def _device_functions(root: Node) -> dict[str, Node]:
     found = {}
     for node in root.named_children:
         if node.type != "function_definition" or b"__device__" not in (node.text or b"").split(b"(")[0]:
             continue
         declarator = node.child_by_field_name("declarator")
         name = declarator.child_by_field_name("declarator") if declarator is not None else None
-        if name is not None and name.type == "identifier" and _text(name) != kernel:
+        if name is not None and name.type == "identifier":
             found[_text(name)] = node
     return found
 
