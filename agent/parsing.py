@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -314,3 +315,13 @@ def linear_form(node: Node) -> dict[Monomial, int] | None:
     else:
         return None
     return {m: c for m, c in result.items() if c != 0}
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """The node and every node under it (comments too), in source order; iterative, so a deeply nested
+    expression (a generated sum of a thousand terms) cannot exhaust Python's recursion limit."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))

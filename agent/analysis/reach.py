@@ -19,6 +19,7 @@ import numpy as np
 from cuda_agent.agent.analysis.facts import Access, KernelFacts, Loop
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.values import text
+from cuda_agent.agent.parsing import walk
 from cuda_agent.agent.spec.expressions import evaluate
 from tree_sitter import Node
 
@@ -121,7 +122,7 @@ def _at_first_iteration(access: Access, loops: Mapping[str, list[Loop]]) -> Form
         return None
     outermost = around[0]
     assert outermost is not None
-    if any(n.type in _SKIPPING for n in _descendants(outermost.body)):
+    if any(n.type in _SKIPPING for n in walk(outermost.body)):
         return None
     offset = access.offset
     for variable, loop in zip(reversed(access.loops), reversed(around), strict=True):
@@ -139,15 +140,6 @@ def _enclosing(node: Node, loops: list[Loop]) -> Loop | None:
 _SKIPPING = frozenset(
     {"if_statement", "conditional_expression", "continue_statement", "break_statement", "return_statement"}
 )
-
-
-def _descendants(node: Node) -> list[Node]:
-    found, pending = [], [node]
-    while pending:
-        current = pending.pop()
-        found.append(current)
-        pending.extend(current.named_children)
-    return found
 
 
 def _in_an_atomic(node: Node) -> bool:

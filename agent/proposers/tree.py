@@ -17,6 +17,7 @@ from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import replace_span
 from cuda_agent.agent.kernels import Parameter
 from cuda_agent.agent.parsing import parse_cuda
+from cuda_agent.agent.parsing import walk as walk_with_comments
 from cuda_agent.agent.rewrite import with_launch
 from cuda_agent.agent.spec import LaunchSpec, SpecResolveError, complete_sizes, resolve
 from cuda_agent.agent.targets import KernelTarget, load_targets
@@ -174,15 +175,6 @@ def walk(node: Node) -> Iterator[Node]:
         current = stack.pop()
         if current.type == "comment":
             continue
-        yield current
-        stack.extend(reversed(current.children))
-
-
-def walk_with_comments(node: Node) -> Iterator[Node]:
-    """The node and all its descendants, comments included, in source order."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
         yield current
         stack.extend(reversed(current.children))
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from cuda_agent.agent.kernels import Kernel, Parameter, find_kernels
 from cuda_agent.agent.memo import BoundedMemo
-from cuda_agent.agent.parsing import Monomial, linear_form, parse_cuda
+from cuda_agent.agent.parsing import Monomial, linear_form, parse_cuda, walk
 from cuda_agent.agent.spec.dtypes import (
     dtype_of_c_type,
     dtype_through_aliases,
@@ -823,16 +823,6 @@ def kernel_body(kernel: Kernel, tree: Tree) -> Node | None:
 
 
 # --- the body -------------------------------------------------------------------------------------------
-
-
-def walk(node: Node) -> Iterator[Node]:
-    """Every node under `node`, in source order; iterative, so a deeply nested expression (a generated
-    sum of a thousand terms) cannot exhaust Python's recursion limit."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
 
 
 def _text(node: Node | None) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cuda_agent.agent.spec.infer import walk
+from cuda_agent.agent.parsing import walk
 from cuda_agent.agent.spec.program import (
     ProgramHost,
     _Definition,

@@ -16,7 +16,7 @@ from itertools import count
 
 from cuda_agent.agent.kernels import Kernel
 from cuda_agent.agent.memo import BoundedMemo
-from cuda_agent.agent.parsing import parse_cuda
+from cuda_agent.agent.parsing import parse_cuda, walk
 from tree_sitter import Node, Tree
 
 _DEPTH = 2  # helpers calling helpers: written out twice over
@@ -111,7 +111,7 @@ def _written(statement: Node, helpers: dict[str, Node], data: bytes) -> tuple[in
     if parameters is None or hbody is None or len(parameters) != len(arguments):
         return None
     statements = [s for s in hbody.named_children if s.type != "comment"]
-    returns = [n for n in _walk(hbody) if n.type == "return_statement"]
+    returns = [n for n in walk(hbody) if n.type == "return_statement"]
     if target is None:  # `f(...);`: a void helper, returning nowhere but at its end
         if not statements or any(r is not statements[-1] or r.named_children for r in returns):
             return None
@@ -169,7 +169,7 @@ def _parameters(helper: Node) -> list[tuple[Node, str]] | None:
     for parameter in listed.named_children if listed is not None else []:
         if parameter.type != "parameter_declaration":
             continue
-        if any(n.type == "reference_declarator" for n in _walk(parameter)):
+        if any(n.type == "reference_declarator" for n in walk(parameter)):
             return None
         name = parameter.child_by_field_name("declarator")
         while name is not None and name.type != "identifier":
@@ -182,7 +182,7 @@ def _parameters(helper: Node) -> list[tuple[Node, str]] | None:
 
 def _locals(body: Node, parameters: list[tuple[Node, str]]) -> set[str]:
     names = {name for _, name in parameters}
-    for node in _walk(body):
+    for node in walk(body):
         if node.type in ("init_declarator", "declaration", "pointer_declarator", "array_declarator"):
             inner = node.child_by_field_name("declarator")
             if inner is not None and inner.type == "identifier":
@@ -192,23 +192,13 @@ def _locals(body: Node, parameters: list[tuple[Node, str]]) -> set[str]:
 
 def _renamed(node: Node, renames: dict[str, str], data: bytes) -> str:
     pieces, cursor = [], node.start_byte
-    for child in _walk(node):
+    for child in walk(node):
         if child.type == "identifier" and _text(child) in renames and child.start_byte >= cursor:
             pieces.append(data[cursor : child.start_byte].decode("utf-8"))
             pieces.append(renames[_text(child)])
             cursor = child.end_byte
     pieces.append(data[cursor : node.end_byte].decode("utf-8"))
     return "".join(pieces)
-
-
-def _walk(node: Node) -> list[Node]:
-    """Every node under `node`, in source order."""
-    found, pending = [], [node]
-    while pending:
-        current = pending.pop()
-        found.append(current)
-        pending.extend(reversed(current.children))
-    return found
 
 
 def _text(node: Node | None) -> str:
