@@ -58,6 +58,9 @@ class TimeRequest:
     # the budget, and check the last run's outputs alone. A search's screening measurement; what is shown
     # is timed again without it, every check included (Engine.confirm).
     settle_early: bool = False
+    # A GPU wait before each start event keeps the host's launch cost out of the time
+    # (sandbox/launch_cover.py). Off only to measure what it hides.
+    hide_launch_cost: bool = True
 
 
 @dataclass(frozen=True)

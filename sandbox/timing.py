@@ -2,18 +2,20 @@
 
 Every round draws a fresh input set (a new seed, straight into each kernel's own buffers), poisons the
 outputs and flushes L2 by writing a buffer twice its size, all outside the timed region; CUDA events on
-the worker's stream bracket the launch alone. Two kernels alternate AB, BA, AB, ... on the same inputs.
-A few timed runs (the last, and some chosen at random) have their outputs copied right after the end
-event, on the same stream and with no device-wide sync first, and are checked afterwards against the
-oracle on the same inputs replayed from their seed; every timed run's outputs are also scanned for
-leftover poison on the GPU (one pass, read at the end). A kernel that behaves differently once it has
-been launched many times fails "timed_mismatch". A median below what the measured ceilings allow is
-"implausible". Guards are filled once, so an out-of-bounds write in any round shows at the end.
-A search's screening (TimeRequest.settle_early) stops once settled and checks the last run alone.
+the worker's stream bracket the launch alone, after a GPU wait that keeps the host's launch cost out of
+the time (sandbox/launch_cover.py). Two kernels alternate AB, BA, AB, ... on the same inputs. A few timed
+runs (the last, and some chosen at random) have their outputs copied right after the end event, on the
+same stream and with no device-wide sync first, and are checked afterwards against the oracle on the same
+inputs replayed from their seed; every timed run's outputs are also scanned for leftover poison on the
+GPU (one pass, read at the end). A kernel that behaves differently once it has been launched many times
+fails "timed_mismatch". A median below what the measured ceilings allow is "implausible". Guards are
+filled once, so an out-of-bounds write in any round shows at the end. A search's screening
+(TimeRequest.settle_early) stops once settled and checks the last run alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import secrets
 import statistics
@@ -24,6 +26,7 @@ from typing import Any
 
 import cupy
 import numpy as np
+from cuda_agent.sandbox import launch_cover
 from cuda_agent.sandbox.buffers import (
     POISON_BYTES,
     ArgumentSet,
@@ -65,6 +68,7 @@ class _Bench:
         # A search's screening (settle_early) checks the last run's outputs alone: the rewrite it chooses is
         # measured again in full, every check included, before it is shown (Engine.confirm).
         self.screening = request.settle_early
+        self.cover = launch_cover.on_stream(stream) if request.hide_launch_cost else None
 
     def enqueue(self, index: int, seed: int, slot: int | None, timed: bool) -> list[tuple[Any, Any]]:
         """Queue one round (every kernel once, order alternating) without waiting; return its events."""
@@ -76,8 +80,11 @@ class _Bench:
             argset.draw(self.problem, seed)  # inputs no launch has seen, outside the timed region
             argset.poison_outputs(poison)
             self.flush.fill(0)
+            if self.cover is not None:
+                self.cover.wait()
             events[j][0].record(self.stream)
-            launch(self.functions[j], self.plans[j], argset.launch_args(), self.stream)
+            with self.cover.host(timed) if self.cover is not None else contextlib.nullcontext():
+                launch(self.functions[j], self.plans[j], argset.launch_args(), self.stream)
             events[j][1].record(self.stream)
             # Queued behind the kernel on its own stream, no device-wide sync: what it left is what we see.
             if timed and self.poisoned and not self.screening:

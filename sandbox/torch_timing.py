@@ -3,11 +3,10 @@
 The oracle is what a user would otherwise write, so it is the reference a rewrite is compared with
 (CUDA Agent's paper measures against `torch.compile`). It is timed the way kernels are timed in
 sandbox/timing.py: warm-up first, fresh inputs drawn outside the timed region before every run, the L2
-flushed, CUDA events around the call on torch's stream, the same median/spread/roofline report. The
-kernel timer keeps the GPU ahead of the host (two rounds in flight), so a launch's host-side cost is not in
-its time; here a GPU wait queued before the start event does the same (`_LaunchCover`): what is timed is the
-call's kernels back to back, not Dynamo's guards and wrappers, whose host time varies from run to run and
-had made torch.compile's median of a 0.1 ms oracle vary by up to 1.6× between bench runs. Compile
+flushed, CUDA events around the call on torch's stream, the same median/spread/roofline report, and the
+same GPU wait queued before the start event (sandbox/launch_cover.py): what is timed is the call's kernels
+back to back, not Dynamo's guards and wrappers, whose host time varies from run to run and had made
+torch.compile's median of a 0.1 ms oracle vary by up to 1.6× between bench runs. Compile
 time is excluded: `torch.compile` compiles during its first call, which is not timed and may take tens
 of seconds (the worker announces that silence with a Heartbeat, so the caller does not call it a hang).
 """
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,10 +35,6 @@ Beat = Any  # sandbox/verify.py's Beat (imported lazily with the rest of the wor
 
 COMPILE_SILENCE_S = 600.0  # torch.compile's first call: Dynamo, Inductor, Triton autotuning, ptxas
 FIRST_CALL_SILENCE_S = 30.0  # an operator's first use loads its library (cuBLAS for `@`)
-COVER_MARGIN = 2.0  # the GPU waits this many times the host's longest recent call...
-COVER_EXTRA_MS = 0.02  # ...and this much more, so every kernel of the call is queued before the first runs
-COVER_RECENT_CALLS = 4  # ...of this many calls
-COVER_MAX_MS = 20.0  # a longer host call is no launch cost to hide (a recompile): the wait stops here
 
 
 class _Inputs:
@@ -70,61 +64,6 @@ class _Inputs:
         self.stream.synchronize()  # torch runs on its own stream: the inputs must be complete first
 
 
-class _LaunchCover:
-    """A GPU wait (`torch.cuda._sleep`, which spins for a number of clock cycles) queued before the start
-    event, longer than the host takes to issue the call: the call's kernels are all queued when the GPU
-    reaches the start event, so host-side launch costs fall outside the timed region.
-
-    The wait follows the host times of the last few calls, not the longest ever seen: a warm-up call that
-    recompiles (Dynamo does, after a graph break, when a shape turns out to vary) takes seconds on the host,
-    and a wait sized on it made every timed run sleep that long (a 0.2 s budget took minutes). It is
-    capped, and a call whose host part outlasts its wait is counted: its time includes launch costs."""
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-        self.recent_ms: deque[float] = deque(maxlen=COVER_RECENT_CALLS)
-        self.host_ms = 0.0  # the longest host time of a call whose kernels were timed
-        self.waited_ms = 0.0  # the wait queued before the call being timed
-        self.calls = self.uncovered = 0
-        self.cycles_per_ms = self._calibrate() if hasattr(torch.cuda, "_sleep") else None
-
-    def _calibrate(self) -> float:
-        torch, cycles = self.torch, 1_000_000
-        torch.cuda._sleep(cycles)  # its first launch loads the kernel
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        return cycles / max(float(start.elapsed_time(end)), 1e-6)
-
-    def queue(self) -> None:
-        self.waited_ms = 0.0
-        if self.cycles_per_ms is not None:
-            longest = max(self.recent_ms, default=0.0)
-            self.waited_ms = min(COVER_MARGIN * longest + COVER_EXTRA_MS, COVER_MAX_MS)
-            self.torch.cuda._sleep(int(self.waited_ms * self.cycles_per_ms))
-
-    def called(self, host_ms: float, timed: bool) -> None:
-        """The host time of the call just issued: it sizes the next waits; a timed call is counted."""
-        self.recent_ms.append(host_ms)
-        if timed:
-            self.calls += 1
-            self.host_ms = max(self.host_ms, host_ms)
-            self.uncovered += host_ms > self.waited_ms
-
-    def note(self) -> str:
-        if self.cycles_per_ms is None:
-            return "launch costs not hidden (this torch has no torch.cuda._sleep): times include them"
-        note = (
-            f"host launch costs hidden behind a GPU wait (the longest timed call took "
-            f"{self.host_ms * 1e3:.0f} µs on the host)"
-        )
-        if self.uncovered:
-            note += f"; {self.uncovered} of {self.calls} calls took longer on the host than their wait"
-        return note
-
-
 def _scalars(problem: Problem, seed: int) -> tuple[dict[str, Any], str]:
     """Scalar arguments as constants: a changing Python number would make torch.compile recompile."""
     from cuda_agent.sandbox.buffers import draw_scalar, scalar_value
@@ -145,21 +84,22 @@ def _time_function(
 ) -> TimingReport:  # fmt: skip
     # The kernel timer's warm-up rule and report (median, p10-p90, roofline against the same ceilings),
     # so torch and kernels are measured alike.
+    import cupy
+    from cuda_agent.sandbox import launch_cover
     from cuda_agent.sandbox.timing import WARMUP_MS, WARMUP_RUNS
     from cuda_agent.sandbox.timing import _report as timing_report
 
     torch = inputs.torch
-    cover = _LaunchCover(torch)
+    cover = launch_cover.on_stream(cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream))
 
     def one_run(seed: int, warming: bool = False) -> float:
         inputs.draw(seed)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         flush.zero_()
-        cover.queue()
+        cover.wait()
         start.record()
-        called = time.perf_counter()
-        outputs = function(*inputs.tensors)
-        cover.called((time.perf_counter() - called) * 1e3, timed=not warming)
+        with cover.host(timed=not warming):
+            outputs = function(*inputs.tensors)
         end.record()
         end.synchronize()
         del outputs

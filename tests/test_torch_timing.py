@@ -9,6 +9,7 @@ import types
 
 import numpy as np
 import pytest
+from cuda_agent.sandbox.launch_cover import COVER_MAX_MS, LaunchCover
 from cuda_agent.sandbox.oracle import OracleError, oracle_function
 from cuda_agent.sandbox.plan import ArgumentPlan, Distribution, Problem, Tolerance
 from cuda_agent.sandbox.protocol import TimeTorchRequest, TorchTimingResult
@@ -56,42 +57,31 @@ def test_oracle_function_refuses_names_it_was_not_given_and_needs_an_oracle() ->
         oracle_function(empty, {}, FAKE_TORCH)
 
 
-class _SpinningCuda:
-    """torch.cuda's spin and events as far as the launch cover uses them (the GPU is the boundary here):
-    a spin of `cycles` takes cycles / 1e6 ms, and the spins asked for are kept."""
-
-    def __init__(self) -> None:
-        self.spins: list[int] = []
-
-    def _sleep(self, cycles: int) -> None:
-        self.spins.append(cycles)
-
-    def Event(self, enable_timing: bool) -> types.SimpleNamespace:  # torch's spelling
-        cuda = self
-        return types.SimpleNamespace(
-            record=lambda: None, synchronize=lambda: None, elapsed_time=lambda end: cuda.spins[-1] / 1e6
-        )
-
-
 def test_the_launch_cover_follows_recent_calls_not_a_recompile_in_the_warm_up() -> None:
-    from cuda_agent.sandbox.torch_timing import COVER_MAX_MS, _LaunchCover
-
-    cuda = _SpinningCuda()
-    cover = _LaunchCover(types.SimpleNamespace(cuda=cuda))
-    assert cover.cycles_per_ms == pytest.approx(1e6)
+    spins: list[int] = []  # the GPU is the boundary here: the spins asked for are kept
+    cover = LaunchCover(spins.append, cycles_per_ms=1e6)
     waits = []
     # The warm-up: a call that recompiled for 3 s on the host, then calls of 0.05 ms.
     for host_ms, timed in [(0.05, False), (3000.0, False)] + [(0.05, False)] * 4 + [(0.05, True)] * 3:
-        cover.queue()
+        cover.wait()
         waits.append(cover.waited_ms)
-        cover.called(host_ms, timed)
+        _host_call(cover, host_ms, timed)
     assert waits[2] == COVER_MAX_MS  # right after the recompile: capped, not 6 s a run
+    assert spins[2] == COVER_MAX_MS * 1e6  # ...and the spin asked of the GPU is that long
     assert all(wait < 1.0 for wait in waits[-3:])  # the timed calls wait for calls like themselves
     assert all(wait > 2 * 0.05 for wait in waits[-3:])  # ...and longer than they take on the host
     assert "took 50 µs" in cover.note() and "longer on the host" not in cover.note()
-    cover.queue()
-    cover.called(5.0, timed=True)  # a timed call slower on the host than its wait: counted, in the note
+    cover.wait()
+    _host_call(cover, 5.0, timed=True)  # a timed call slower on the host than its wait: counted, in the note
     assert "1 of 4 calls took longer on the host than their wait" in cover.note()
+
+
+def _host_call(cover: LaunchCover, host_ms: float, timed: bool) -> None:
+    clock = iter([100.0, 100.0 + host_ms / 1e3])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("cuda_agent.sandbox.launch_cover.time.perf_counter", lambda: next(clock))
+        with cover.host(timed):
+            pass
 
 
 @pytest.mark.gpu
