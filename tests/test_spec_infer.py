@@ -1094,6 +1094,31 @@ def test_the_grid_runs_x_over_the_size_the_x_index_is_compared_with():
         assert covered[0] >= sizes["m"] and covered[1] >= sizes["n"]
 
 
+@pytest.mark.parametrize("row", ["blockIdx.y", "(int)blockIdx.y"])
+def test_rows_numbered_by_blockIdx_y_alone_get_a_block_one_thread_high(row: str):
+    """`const int row = blockIdx.y;` (darknet's bias kernels, torch's extension tutorial): every thread of
+    a block works on one row, so a taller block would repeat rows and its grid, counted in blocks of 8
+    rows, would leave 7 in 8 rows of the output unwritten by the original."""
+    spec = inferred(f"""
+        __global__ void add_bias(float* out, const float* bias, int rows, int cols) {{
+            const int r = {row};
+            const int c = blockIdx.x * blockDim.x + threadIdx.x;
+            if (r < rows && c < cols) out[r * cols + c] += bias[c];
+        }}""")
+    assert spec.launch.block == (256, 1)
+    assert spec.launch.grid == ("ceil_div(cols, block.x)", "rows")
+    for sizes in (spec.sizes, spec.sizes | spec.verify_sizes[0]):
+        _, launch = resolve(spec, sizes)
+        assert launch.grid[1] * launch.block[1] == sizes["rows"]  # each row once
+    # scaled (a tile of rows a block) or with threadIdx.y: blocks several rows high, as before
+    tiled = inferred("""
+        __global__ void add(const float* a, float* b, int rows, int cols) {
+            int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;
+            if (r < rows && c < cols) b[r * cols + c] += a[r * cols + c];
+        }""")
+    assert tiled.launch.block == (32, 8)
+
+
 def test_a_kernel_whose_threads_each_loop_over_all_n_gets_n_sized_for_its_square():
     """All pairs (nearest neighbours, n-body forces): each of n threads loops over n, so 2^24 elements
     would be 2^48 steps and the original would never finish; n is sized for n² work instead."""

@@ -455,6 +455,9 @@ def _layout_2d(names: list[str], analysis: BodyAnalysis, ordered: bool = False) 
         # x runs along the columns, unless its index is the one compared with the rows (column-major code:
         # `B[IDX2C(i, j, m)]` with i along x and `i < m`)
         along_x, along_y = (rows, cols) if _compared_along(analysis, "x") == {rows} else (cols, rows)
+        if analysis.a_block_a_row:  # `row = blockIdx.y`: a row of blocks each, one thread high
+            grid = (f"ceil_div({along_x}, block.x)", along_y)
+            return layout("2-D, a row of blocks a row", grid, {}, block=(256, 1))
         tile = analysis.tile(analysis.global_indices)
         if tile is None or tile == BLOCK_DIM:
             # blockDim steps, or steps this cannot read (`32*bx + 32*w*by`): the 32 x 8 block, as ever
@@ -1298,6 +1301,28 @@ class BodyAnalysis:
             if self._is_global_index(side) or self._identifiers(side) & self.global_indices:
                 compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
+
+    @property
+    def a_block_a_row(self) -> bool:
+        """Whether blockIdx.y alone numbers the rows (`const int row = blockIdx.y;`): read, never scaled
+        (`blockIdx.y * TILE`), and no threadIdx.y anywhere. Then a block covers one row: taller blocks
+        would have their threads repeat a row and the grid, counted in them, leave rows out."""
+        read = False
+        for node in self._nodes:
+            axis = _builtin_axis(node)
+            if axis == ("threadIdx", "y"):
+                return False
+            if axis == ("blockIdx", "y"):
+                read = True
+                outer = node
+                while outer.parent is not None and outer.parent.type in (
+                    "parenthesized_expression",
+                    "cast_expression",
+                ):
+                    outer = outer.parent
+                if outer.parent is not None and any(True for _ in _product_operands(outer.parent)):
+                    return False
+        return read
 
     def tile(self, indices: set[str]) -> int | None:
         """What every definition of these global indices steps blocks by: BLOCK_DIM for blockDim
