@@ -40,9 +40,20 @@ class Span:
 
 
 @dataclass(frozen=True)
+class Accessor:
+    """A PyTorch packed tensor accessor passed by value (`torch::PackedTensorAccessor32<scalar_t, 2,
+    torch::RestrictPtrTraits> x`): a data pointer with the tensor's sizes and strides beside it, indexed
+    `x[i][j]`, sized `x.size(1)`. The kernel receives the struct; its element type is the parameter's."""
+
+    rank: int
+    index_bits: int  # 32 or 64: the width of its sizes, strides and indices
+    template: str  # as written: "PackedTensorAccessor32"
+
+
+@dataclass(frozen=True)
 class Parameter:
     name: str
-    type: str  # base type as written, without const/pointer: "float", "half", "T"
+    type: str  # base type as written, without const/pointer: "float", "half", "T" (an accessor's element)
     is_pointer: bool
     is_const: bool  # const pointee (for pointers) or const value
     is_restrict: bool
@@ -51,6 +62,11 @@ class Parameter:
     # `*`s plus array dimensions: 1 for `float* x` and `float x[4]`, 2 for `float** x`. Array parameters
     # decay to pointers in C++, so they count as pointers here too.
     pointer_depth: int = 0
+    accessor: Accessor | None = None  # a PyTorch packed accessor: a buffer, though not a pointer
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.is_pointer or self.accessor is not None
 
 
 @dataclass(frozen=True)
@@ -840,16 +856,50 @@ def _parameter(node: Node, data: bytes) -> Parameter:
     is_const = any(
         child.type == "type_qualifier" and _text(child, data) == "const" for child in node.children
     )
+    accessor = _accessor(type_node, data) if depth == 0 else None
     return Parameter(
         name=_text(name_node, data) if name_node else "",
-        type=_text(type_node, data) if type_node else "",
+        type=accessor[1] if accessor else _text(type_node, data) if type_node else "",
         is_pointer=depth > 0,
         is_const=is_const,
         is_restrict=restrict,
         text=_text(node, data),
         span=node_span(node),
         pointer_depth=depth,
+        accessor=accessor[0] if accessor else None,
     )
+
+
+# torch's packed accessors, with the width of their index type (None: the template's fourth argument).
+_ACCESSOR_TEMPLATES = {
+    "PackedTensorAccessor32": 32,
+    "PackedTensorAccessor64": 64,
+    "PackedTensorAccessor": 64,  # deprecated spelling, int64_t indices by default
+    "GenericPackedTensorAccessor": None,
+}
+_INDEX_BITS = {"int32_t": 32, "int": 32, "int64_t": 64, "long": 64, "long long": 64}
+
+
+def _accessor(type_node: Node | None, data: bytes) -> tuple[Accessor, str] | None:
+    """(accessor, element type) for `[torch::|at::]PackedTensorAccessor32<T, N, Traits>` and its kin; None
+    for any other type, or a rank that is not a number (a template parameter)."""
+    while type_node is not None and type_node.type == "qualified_identifier":
+        type_node = type_node.child_by_field_name("name")
+    if type_node is None or type_node.type != "template_type":
+        return None
+    template = _text(type_node.child_by_field_name("name"), data)
+    arguments = type_node.child_by_field_name("arguments")
+    if template not in _ACCESSOR_TEMPLATES or arguments is None:
+        return None
+    values = [_text(child, data) for child in arguments.named_children if child.type != "comment"]
+    if len(values) < 2 or not values[1].isdigit() or int(values[1]) < 1:
+        return None
+    bits = _ACCESSOR_TEMPLATES[template]
+    if len(values) >= 4:  # GenericPackedTensorAccessor<T, N, Traits, index_t>, or the old default overridden
+        bits = _INDEX_BITS.get(" ".join(values[3].split()))
+    if bits is None:
+        return None
+    return Accessor(rank=int(values[1]), index_bits=bits, template=template), values[0]
 
 
 def _walk_declarator(declarator: Node | None, data: bytes) -> tuple[Node | None, int, bool]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import cupy
 import numpy as np
+from cuda_agent.sandbox.accessors import accessor_struct
 from cuda_agent.sandbox.checks import check_guards, float32_to_bfloat16_bits
 from cuda_agent.sandbox.plan import ArgumentPlan, CompiledKernel, LaunchPlan, Problem
 from cuda_agent.sandbox.reports import CheckFailure
@@ -233,6 +234,17 @@ def draw_inputs(problem: Problem, seed: int) -> Inputs:
     return Inputs(seed, arrays, scalars)
 
 
+# -- how a buffer is passed ---------------------------------------------------------------------------
+
+
+def passed(argument: ArgumentPlan, data: cupy.ndarray) -> Any:
+    """A buffer as its kernel parameter takes it: the array (CuPy passes its pointer), or for a PyTorch
+    packed accessor the struct torch builds on the host (sandbox/accessors.py)."""
+    if not argument.accessor_bits:
+        return data
+    return accessor_struct(data.data.ptr, argument.shape, argument.accessor_bits)
+
+
 # -- guarded buffers ----------------------------------------------------------------------------------
 
 
@@ -299,7 +311,7 @@ class ArgumentSet:
             if argument.role == "scalar":
                 args.append(self.scalars[argument.name])
             else:
-                args.append(self.buffers[alias.get(argument.name, argument.name)].data)
+                args.append(passed(argument, self.buffers[alias.get(argument.name, argument.name)].data))
         return tuple(args)
 
     def check_guards(self) -> CheckFailure | None:

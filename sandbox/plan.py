@@ -72,6 +72,9 @@ class ArgumentPlan:
     distribution: Distribution = field(default_factory=Distribution)
     # Name of an input this output may share memory with (the kernel must then work in place).
     may_alias: str | None = None
+    # 32 or 64: passed as PyTorch's packed accessor (data pointer, then `shape` and its contiguous strides
+    # as integers of that width; sandbox/buffers.py `passed`). 0: passed as a pointer.
+    accessor_bits: int = 0
 
     @property
     def is_buffer(self) -> bool:

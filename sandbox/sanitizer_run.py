@@ -69,6 +69,7 @@ def run(request: SanitizerLaunch) -> int:
         draw_scalar,
         fill_random,
         launch,
+        passed,
         storage_dtype,
     )
 
@@ -95,7 +96,7 @@ def run(request: SanitizerLaunch) -> int:
             elif request.poison_outputs and argument.nbytes:
                 cupy.cuda.runtime.memset(buffer.data.ptr, request.poison_byte, argument.nbytes)
             arrays.append(buffer)
-            args.append(buffer)
+            args.append(passed(argument, buffer))
         cupy.cuda.runtime.deviceSynchronize()
         start = time.perf_counter()
         try:

@@ -85,11 +85,14 @@ class ArgumentChecker(Checker):
     def example_entry(self, parameter: Parameter) -> str:
         vector = vector_of_c_type(self.template_types.get(parameter.type, parameter.type))
         dtype = self.c_dtype(parameter) or (vector[0] if vector else "float32")
-        if not parameter.is_pointer:
+        if not parameter.is_buffer:
             value = f'"{parameter.name}"' if parameter.name in self.sizes else "1"
             return f'{parameter.name} = {{ role = "scalar", dtype = "{dtype}", value = {value} }}'
         role = "input" if parameter.is_const else "output"
         shape = ", ".join(f'"{name}"' for name in self.size_names[:2]) or '"n"'
+        if parameter.accessor is not None:  # one size a dimension of the accessor
+            names = [*self.size_names, *(f"n{i}" for i in range(parameter.accessor.rank))]
+            shape = ", ".join(f'"{name}"' for name in names[: parameter.accessor.rank])
         if vector:  # a float4* is float32 with a trailing axis of its 4 components
             shape += f", {vector[1]}"
         return f'{parameter.name} = {{ role = "{role}", dtype = "{dtype}", shape = [{shape}] }}'
@@ -120,6 +123,13 @@ class ArgumentChecker(Checker):
             value, init = self.scalar(parameter, entry, dtype, path)
         elif role is not None:  # a buffer
             shape = self.shape(entry, path)
+            accessor = parameter.accessor
+            if accessor is not None and shape and len(shape) != accessor.rank:
+                self.issue(
+                    (*path, "shape"),
+                    f"{name} is a {accessor.template} of {accessor.rank} dimension(s) ({parameter.text}): "
+                    f"its shape lists {accessor.rank} sizes, the accessor's sizes, not {len(shape)}",
+                )
             if "value" in entry:
                 self.issue(
                     (*path, "value"), f"only scalars have a value; {name} is a buffer: use init", key=True
@@ -140,7 +150,8 @@ class ArgumentChecker(Checker):
             may_alias = None
         if len(self.issues) > before or role is None or dtype is None:
             return None
-        return ArgumentSpec(name, role, dtype, shape, init, value, may_alias)  # type: ignore[arg-type]
+        bits = parameter.accessor.index_bits if parameter.accessor else 0
+        return ArgumentSpec(name, role, dtype, shape, init, value, may_alias, bits)  # type: ignore[arg-type]
 
     def scalar(
         self, parameter: Parameter, entry: dict[str, Any], dtype: str | None, path: KeyPath
@@ -168,7 +179,7 @@ class ArgumentChecker(Checker):
     def role(self, parameter: Parameter, entry: dict[str, Any], path: KeyPath) -> str | None:
         name, role = parameter.name, entry.get("role")
         if role is None:
-            if not parameter.is_pointer:
+            if not parameter.is_buffer:
                 return "scalar"  # a value parameter can be nothing else
             if self.given(entry, path, "role"):
                 return None
@@ -183,20 +194,22 @@ class ArgumentChecker(Checker):
             hint = suggest(str(role), ROLES) or f" (roles: {', '.join(ROLES)})"
             self.issue((*path, "role"), f"unknown role {role!r}{hint}")
             return None
-        if parameter.is_pointer and role == "scalar":
+        if parameter.is_buffer and role == "scalar":
+            what = "an accessor" if parameter.accessor else "a pointer"
             self.issue(
-                (*path, "role"), f"{name} is a pointer ({parameter.text}): its role is input, output or inout"
+                (*path, "role"), f"{name} is {what} ({parameter.text}): its role is input, output or inout"
             )
             return None
-        if not parameter.is_pointer and role != "scalar":
+        if not parameter.is_buffer and role != "scalar":
             self.issue(
                 (*path, "role"), f'{name} is not a pointer ({parameter.text}): give it role = "scalar"'
             )
             return None
-        if parameter.is_pointer and parameter.is_const and role in ("output", "inout"):
+        if parameter.is_buffer and parameter.is_const and role in ("output", "inout"):
+            what = "a const accessor" if parameter.accessor else "a pointer to const"
             self.issue(
                 (*path, "role"),
-                f"{name} is a pointer to const ({parameter.text}), so the kernel cannot "
+                f"{name} is {what} ({parameter.text}), so the kernel cannot "
                 f'write it: role = "input", or drop the const',
             )
             return None

@@ -37,6 +37,7 @@ from pathlib import Path
 from cuda_agent.agent.kernels import Kernel, Parameter, find_kernels
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import Monomial, linear_form, parse_cuda, walk
+from cuda_agent.agent.spec.accessors import flattened, to_accessors
 from cuda_agent.agent.spec.dtypes import (
     dtype_of_c_type,
     dtype_through_aliases,
@@ -104,7 +105,10 @@ def infer_spec(
     file's type aliases (`typedef __nv_bfloat16 floatX;`), followed to the element type; `headers`: the
     texts of the file's own headers, whose #defines (a TILE, sizes) count as the file's; `path`: the
     file's, where the analysis looks for those headers itself. A kernel that calls the file's own
-    `__device__` helpers and is refused is read again with those calls written out (spec/written_out.py)."""
+    `__device__` helpers and is refused is read again with those calls written out (spec/written_out.py);
+    one taking PyTorch packed accessors is read as the pointer kernel it stands for (spec/accessors.py)."""
+    if any(parameter.accessor is not None for parameter in kernel.parameters):
+        return _through_accessors(kernel, source, tree, typedefs, headers, path)
     spec, note = _inferred(kernel, source, tree, typedefs, headers, path)
     if spec is not None or kernel.has_errors:
         return spec, note
@@ -117,6 +121,32 @@ def infer_spec(
         return None, note
     written = f"{expanded_note}; read with its helper calls written out"
     return replace(spec, inference_note=written), written
+
+
+def _through_accessors(
+    kernel: Kernel,
+    source: str,
+    tree: Tree | None,
+    typedefs: Mapping[str, str] | None,
+    headers: Sequence[bytes],
+    path: Path | None,
+) -> tuple[KernelSpec | None, str]:
+    if kernel.has_errors:
+        return None, "the kernel has syntax errors"
+    body = kernel_body(kernel, tree or parse_cuda(source))
+    if body is None:
+        return None, "the kernel has no body"
+    flat = flattened(kernel, source, body)
+    if isinstance(flat, str):
+        return None, flat
+    pointers = next((k for k in find_kernels(flat.source) if k.start_byte == kernel.start_byte), None)
+    if pointers is None:  # the reading did not parse as a kernel: the accessors' uses are not followed
+        return None, "its accessors could not be read as pointers: write a spec"
+    spec, note = infer_spec(pointers, flat.source, None, typedefs, headers, path)
+    if spec is None:
+        return None, f"{note} (read with its accessors as pointers)"
+    spec = to_accessors(spec, kernel, flat)
+    return spec, spec.inference_note
 
 
 def _inferred(

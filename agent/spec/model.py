@@ -69,6 +69,9 @@ class ArgumentSpec:
     # kernel takes as a parameter), then evaluated with each kernel's own block (LaunchPlan.scalars).
     value: ValueExpr | None = None
     may_alias: str | None = None  # an output that may share memory with this input (in-place kernels)
+    # 32 or 64 for a parameter declared as a PyTorch packed accessor (its index width), read from the
+    # signature, never written: the sandbox passes the buffer with its sizes and strides. 0: a pointer.
+    accessor_bits: int = 0
 
     @property
     def is_buffer(self) -> bool:

@@ -1095,6 +1095,10 @@ def read_launch(
     sizes: dict[str, int] = {}
     scalars: dict[str, float | int | str] = {}
     for parameter, argument in zip(kernel.parameters, arguments, strict=True):
+        if parameter.accessor is not None:  # its sizes are a tensor's, which the host code does not size
+            raise NotFollowed(
+                f"{parameter.name} is a PyTorch accessor: its sizes come from the caller's tensor"
+            )
         if parameter.is_pointer:
             continue
         dtype = file.dtype_of(template_types.get(parameter.type, parameter.type))

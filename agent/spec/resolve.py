@@ -204,7 +204,10 @@ def _argument(
         for i, dim in enumerate(argument.shape)
     )
     distribution = _distribution(spec, argument, sizes, launch)
-    return ArgumentPlan(argument.name, argument.role, argument.dtype, shape, distribution, argument.may_alias)  # type: ignore[arg-type]
+    return ArgumentPlan(
+        argument.name, argument.role, argument.dtype, shape, distribution,  # type: ignore[arg-type]
+        argument.may_alias, argument.accessor_bits,
+    )  # fmt: skip
 
 
 def _distribution(

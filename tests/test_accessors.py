@@ -1,0 +1,235 @@
+"""Kernels of PyTorch extensions that take packed accessors (`torch::PackedTensorAccessor32<scalar_t, 2,
+torch::RestrictPtrTraits> x`, indexed `x[n][c]`, sized `x.size(1)`): recognised in the signature, given a
+spec with the accessors' shapes, passed by the sandbox as the struct torch builds, verified on the GPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.kernels import find_kernels
+from cuda_agent.agent.spec.infer import infer_spec
+from cuda_agent.agent.targets import load_targets
+from cuda_agent.sandbox.accessors import accessor_struct
+
+# The style of torch's C++/CUDA extension tutorial: a row of blocks per batch row, x along the channels,
+# an element-wise helper templated on scalar_t, the launcher dispatching on the dtype.
+BIAS_GELU = """\
+#include <torch/extension.h>
+
+template <typename scalar_t>
+__device__ __forceinline__ scalar_t gelu(scalar_t x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)));
+}
+
+template <typename scalar_t>
+__global__ void bias_gelu_kernel(
+    const torch::PackedTensorAccessor32<scalar_t, 2, torch::RestrictPtrTraits> input,
+    const torch::PackedTensorAccessor32<scalar_t, 1, torch::RestrictPtrTraits> bias,
+    torch::PackedTensorAccessor32<scalar_t, 2, torch::RestrictPtrTraits> output) {
+    const int row = blockIdx.y;
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col < input.size(1)) {
+        output[row][col] = gelu(input[row][col] + bias[col]);
+    }
+}
+
+torch::Tensor bias_gelu(torch::Tensor input, torch::Tensor bias) {
+    auto output = torch::empty_like(input);
+    const int threads = 256;
+    const dim3 blocks((input.size(1) + threads - 1) / threads, input.size(0));
+    AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "bias_gelu", ([&] {
+        bias_gelu_kernel<scalar_t><<<blocks, threads>>>(
+            input.packed_accessor32<scalar_t, 2, torch::RestrictPtrTraits>(),
+            bias.packed_accessor32<scalar_t, 1, torch::RestrictPtrTraits>(),
+            output.packed_accessor32<scalar_t, 2, torch::RestrictPtrTraits>());
+    }));
+    return output;
+}
+"""
+
+# A thread per row summing it, 64-bit accessors, the `at::` spelling, an early return.
+ROW_SUMS = """\
+#include <torch/extension.h>
+
+__global__ void row_sums_kernel(const at::PackedTensorAccessor64<float, 2, at::RestrictPtrTraits> x,
+                                at::PackedTensorAccessor64<float, 1, at::RestrictPtrTraits> sums) {
+    const int64_t row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= x.size(0)) return;
+    float s = 0.f;
+    for (int64_t j = 0; j < x.size(1); ++j) {
+        s += x[row][j];
+    }
+    sums[row] = s;
+}
+"""
+
+
+def spec_of(source: str, name: str):  # type: ignore[no-untyped-def]
+    kernel = next(k for k in find_kernels(source) if k.name == name)
+    return infer_spec(kernel, source)
+
+
+@pytest.mark.parametrize(
+    ("declared", "accessor", "element"),
+    [
+        ("const torch::PackedTensorAccessor32<scalar_t, 2, torch::RestrictPtrTraits> x", (2, 32), "scalar_t"),
+        ("at::PackedTensorAccessor64<float, 3, at::RestrictPtrTraits> x", (3, 64), "float"),
+        ("torch::PackedTensorAccessor<double, 1> x", (1, 64), "double"),
+        (
+            "at::GenericPackedTensorAccessor<at::Half, 4, at::DefaultPtrTraits, int32_t> x",
+            (4, 32),
+            "at::Half",
+        ),
+        ("PackedTensorAccessor32<float, D, torch::RestrictPtrTraits> x", None, "PackedTensorAccessor32"),
+        ("const float* __restrict__ x", None, "float"),
+    ],
+)
+def test_accessor_parameters_are_read_from_the_signature(
+    declared: str, accessor: tuple[int, int] | None, element: str
+) -> None:
+    (kernel,) = find_kernels(f"__global__ void k({declared}) {{}}")
+    (parameter,) = kernel.parameters
+    found = (parameter.accessor.rank, parameter.accessor.index_bits) if parameter.accessor else None
+    assert found == accessor
+    assert parameter.type.startswith(element)
+    assert parameter.is_buffer == (accessor is not None or parameter.is_pointer)
+
+
+def test_the_tutorial_style_kernel_gets_the_accessors_shapes_and_a_row_of_blocks_a_row() -> None:
+    spec, note = spec_of(BIAS_GELU, "bias_gelu_kernel")
+    assert spec is not None, note
+    shapes = {a.name: a.shape for a in spec.arguments}
+    assert shapes == {
+        "input": ("input_size0", "input_size1"),
+        "bias": ("input_size1",),  # indexed by the same `col` as the input's columns: one size
+        "output": ("input_size0", "input_size1"),
+    }
+    assert [a.accessor_bits for a in spec.arguments] == [32, 32, 32]
+    assert [a.role for a in spec.arguments] == ["input", "input", "output"]
+    # `row = blockIdx.y` with no threadIdx.y: one row a block along y, the grid as tall as the rows
+    assert spec.launch.block == (256, 1)
+    assert spec.launch.grid == ("ceil_div(input_size1, block.x)", "input_size0")
+    assert spec.instantiate == "bias_gelu_kernel<float>"
+    assert "accessors as pointers" in note
+
+
+def test_a_loop_over_an_accessors_size_and_64_bit_indices() -> None:
+    spec, note = spec_of(ROW_SUMS, "row_sums_kernel")
+    assert spec is not None, note
+    x, sums = spec.arguments
+    assert (x.accessor_bits, sums.accessor_bits) == (64, 64)
+    assert x.shape == ("x_size0", "x_size1") and sums.shape == ("x_size0",)  # `row` indexes both
+    assert (x.role, sums.role) == ("input", "output")
+    assert spec.launch.grid == ("ceil_div(x_size0, block.x)",)
+    assert spec.reduction == "x_size1"  # a sum along the row: rewrites may reorder it within tolerance
+
+
+def test_accessors_taken_apart_are_refused_with_the_reason() -> None:
+    partial = BIAS_GELU.replace(
+        "output[row][col] = gelu(input[row][col] + bias[col]);",
+        "auto in_row = input[row];\n        output[row][col] = gelu(in_row[col] + bias[col]);",
+    )
+    spec, note = spec_of(partial, "bias_gelu_kernel")
+    assert spec is None
+    assert "input[row]: input has 2 dimension(s), indexed with 1" in note
+
+
+def test_a_written_spec_gives_an_accessor_one_size_a_dimension(tmp_path: Path) -> None:
+    spec_comment = """/* cuda-agent
+kernel = "bias_gelu_kernel"
+instantiate = "bias_gelu_kernel<float>"
+[sizes]
+rows = 512
+cols = 1000
+[args]
+input = { role = "input", dtype = "float32", shape = ["rows * cols"] }
+bias = { role = "input", dtype = "float32", shape = ["cols"] }
+output = { role = "output", dtype = "float32", shape = ["rows", "cols"] }
+[launch]
+block = [256]
+grid = ["ceil_div(cols, block.x)", "rows"]
+*/
+"""
+    path = tmp_path / "ext.cu"
+    path.write_text(spec_comment + BIAS_GELU)
+    loaded = load_targets(path)
+    assert loaded.targets[0].spec is None
+    messages = [error.message for error in loaded.spec_errors]
+    assert any("input is a PackedTensorAccessor32 of 2 dimension(s)" in m for m in messages), messages
+    path.write_text(spec_comment.replace('["rows * cols"]', '["rows", "cols"]') + BIAS_GELU)
+    (target,) = load_targets(path).targets
+    assert target.spec is not None, target.note
+    assert [a.accessor_bits for a in target.spec.arguments] == [32, 32, 32]
+
+
+LAYOUT_PROGRAM = """\
+#include <ATen/core/TensorAccessor.h>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+template <typename Accessor>
+void print(const Accessor& a) {
+    unsigned char bytes[sizeof(a)];
+    std::memcpy(bytes, &a, sizeof(a));
+    for (unsigned i = 0; i < sizeof(a); ++i) std::printf("%02x", bytes[i]);
+    std::printf("\\n");
+}
+
+int main() {
+    float* data = reinterpret_cast<float*>(0x1122334455667788ull);
+    int32_t sizes1[1] = {5}, strides1[1] = {1};
+    int32_t sizes2[2] = {3, 4}, strides2[2] = {4, 1};
+    int64_t sizes3[3] = {2, 3, 4}, strides3[3] = {12, 4, 1};
+    print(at::PackedTensorAccessor32<float, 1, at::DefaultPtrTraits>(data, sizes1, strides1));
+    print(at::PackedTensorAccessor32<float, 2, at::DefaultPtrTraits>(data, sizes2, strides2));
+    print(at::PackedTensorAccessor64<float, 3, at::DefaultPtrTraits>(data, sizes3, strides3));
+}
+"""
+
+
+def test_the_struct_the_sandbox_passes_is_the_one_torchs_header_builds(tmp_path: Path) -> None:
+    torch_extension = pytest.importorskip("torch.utils.cpp_extension")
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("no g++ to build torch's accessor on the host")
+    source, program = tmp_path / "layout.cpp", tmp_path / "layout"
+    source.write_text(LAYOUT_PROGRAM)
+    includes = [f"-I{folder}" for folder in torch_extension.include_paths()]
+    subprocess.run([compiler, "-std=c++17", *includes, str(source), "-o", str(program)], check=True)
+    torch_bytes = subprocess.run([str(program)], check=True, capture_output=True, text=True).stdout.split()
+    ours = [
+        accessor_struct(0x1122334455667788, shape, bits).tobytes().hex()
+        for shape, bits in (((5,), 32), ((3, 4), 32), ((2, 3, 4), 64))
+    ]
+    assert ours == torch_bytes
+
+
+@pytest.mark.gpu
+def test_accessor_kernels_run_verify_and_get_faster_rewrites_on_the_gpu(tmp_path: Path) -> None:
+    """The originals run on the structs the sandbox builds (every guard intact, agreeing with themselves
+    over two input sets) and the first rewrites verify against them."""
+    from cuda_agent.agent.engine import Engine, EngineSettings
+    from cuda_agent.agent.optimize import PROPOSERS
+    from cuda_agent.agent.search import _first_round, interleave
+
+    from tests.test_rewrite_warp_per_output import shown
+
+    proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
+    path = tmp_path / "ext.cu"
+    path.write_text(BIAS_GELU + ROW_SUMS.replace("#include <torch/extension.h>\n", ""))
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        targets = load_targets(path).targets
+        assert [t.kernel.name for t in targets if t.spec is not None] == [
+            "bias_gelu_kernel",
+            "row_sums_kernel",
+        ]
+        for target in targets:
+            baseline = engine.baseline(target)
+            assert baseline.usable, (target.kernel.name, baseline.error)
+            results = engine.evaluate(baseline, interleave(_first_round(target, proposers, []))[:6])
+            seen = shown(baseline.target, results)
+            assert results and all(r.verified for r in results), seen
