@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Progress
+from cuda_agent.agent.proposers.accessor_form import has_accessors, through_pointers
 from cuda_agent.agent.proposers.idioms import block_scan
 from cuda_agent.agent.proposers.rewrites import (
     block_coarsen,
@@ -337,6 +338,8 @@ def _chained(
 def _propose(name: str, proposer: Proposer, target: KernelTarget, notes: list[str]) -> list[Candidate]:
     # One proposer's bug must not cost the user every other proposer's results; it is reported instead.
     try:
+        if has_accessors(target):  # rewrites read pointers: made on the kernel's pointer form
+            return through_pointers(proposer, target)
         return proposer(target)
     except Exception as exc:
         notes.append(f"proposer {name} failed on {target.kernel.name}: {type(exc).__name__}: {exc}")

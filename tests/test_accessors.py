@@ -165,6 +165,40 @@ grid = ["ceil_div(cols, block.x)", "rows"]
     assert [a.accessor_bits for a in target.spec.arguments] == [32, 32, 32]
 
 
+def test_rewrites_are_made_on_the_pointer_form_and_brought_back_as_a_call_from_the_kernel(
+    tmp_path: Path,
+) -> None:
+    """A thread per row summing it: the warp-per-row rewrite reads pointers; it is made on the kernel's
+    pointer form and comes back as a `__device__` function the kernel, its accessors unchanged, calls."""
+    from cuda_agent.agent.compile_environment import compile_in, environment_for
+    from cuda_agent.agent.optimize import PROPOSERS
+    from cuda_agent.agent.proposers.accessor_form import SUFFIX
+    from cuda_agent.agent.search import _first_round
+    from cuda_agent.sandbox.nvcc import find_nvcc
+
+    path = tmp_path / "row_sums.cu"
+    path.write_text(ROW_SUMS)
+    (target,) = load_targets(path).targets
+    proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
+    candidates = [c for group in _first_round(target, proposers, []) for c in group]
+    warp = next(c for c in candidates if c.description.startswith("one warp per row"))
+    (kernel,) = [k for k in find_kernels(warp.source) if k.name == "row_sums_kernel"]
+    assert [p.accessor is not None for p in kernel.parameters] == [True, True]  # the signature as written
+    assert f"row_sums_kernel{SUFFIX}(x.data(), sums.data(), x.size(0), x.size(1));" in warp.source
+    assert "__shfl_xor_sync" in warp.source.split(f"row_sums_kernel{SUFFIX}(", 1)[1]  # the rewritten body
+    reread = load_targets(path, warp.source).find("row_sums_kernel")
+    assert reread is not None and reread.spec is not None  # the spec it was verified with, written above it
+    assert reread.spec.launch.grid == ("ceil_div(x_size0, block.x // 32)",)
+    assert [a.shape for a in reread.spec.arguments] == [("x_size0", "x_size1"), ("x_size0",)]
+    unchanged = [c for c in candidates if c.description.startswith("block ")]
+    assert unchanged and all(c.source == ROW_SUMS for c in unchanged)  # a launch alone: the file as it was
+    if find_nvcc() is not None:
+        result = compile_in(
+            environment_for(path), warp.source, "row_sums_kernel", filename=str(path), arch="sm_90"
+        )
+        assert result.ok, [d.message for d in result.diagnostics]
+
+
 LAYOUT_PROGRAM = """\
 #include <ATen/core/TensorAccessor.h>
 #include <cstdint>

@@ -1,0 +1,197 @@
+"""Proposers on kernels that take PyTorch packed accessors, through the pointer kernel they stand for.
+
+The rewrites read pointer subscripts (`x[row * cols + j]`); a kernel of a PyTorch extension reads
+`x[row][j]` through `torch::PackedTensorAccessor32<...> x`. So a proposer is given the kernel as the
+inference reads it (agent/spec/accessors.py: each accessor a pointer, each dimension an `int` size, the
+flat indices of contiguous tensors), with a spec to match (the accessors' shapes, the sizes as scalars),
+and each rewrite it makes is brought back as code the extension can keep: its body becomes a
+`__device__` function on pointers, `<kernel>_on_pointers`, placed before the kernel, and the kernel,
+its signature unchanged, calls it with the accessors' data and sizes (`x.data()`, `x.size(1)`):
+
+    template <typename scalar_t>
+    __global__ void row_sums_kernel(const torch::PackedTensorAccessor32<scalar_t, 2, ...> x, ...) {
+        row_sums_kernel_on_pointers<scalar_t>(x.data(), sums.data(), x.size(0), x.size(1));
+    }
+
+A rewrite that leaves the body as it was (a block, a compiler flag) keeps the file as it was. The
+pointer form each rewrite came from is kept (a few hundred, by the rewrite's text), so proposers chained
+after it (follow-ups, combinations) work on that form again rather than on the wrapper.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.kernels import Kernel, find_kernels
+from cuda_agent.agent.memo import BoundedMemo
+from cuda_agent.agent.parsing import parse_cuda
+from cuda_agent.agent.spec.accessors import Flattened, flattened
+from cuda_agent.agent.spec.infer import kernel_body
+from cuda_agent.agent.spec.model import ArgumentSpec
+from cuda_agent.agent.spec.render import render_spec
+from cuda_agent.agent.targets import KernelTarget, load_targets
+
+SUFFIX = "_on_pointers"
+_GLOBAL = re.compile(r"\b__global__\b")
+_LAUNCH_BOUNDS = re.compile(r"\b__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*")
+
+
+@dataclass(frozen=True)
+class _PointerForm:
+    target: KernelTarget  # the kernel on pointers, with its spec
+    calls: tuple[str, ...]  # what the kernel passes for each of its parameters: `x.data()`, `x.size(1)`, `n`
+
+
+# The pointer form of each accessor-form file this process made or read, by the file's text: chained
+# proposers reload a rewrite's file and need the form it came from.
+_FORMS: BoundedMemo[str, _PointerForm] = BoundedMemo(256)
+
+
+def has_accessors(target: KernelTarget) -> bool:
+    return any(parameter.accessor is not None for parameter in target.kernel.parameters)
+
+
+def through_pointers(
+    proposer: Callable[[KernelTarget], list[Candidate]], target: KernelTarget
+) -> list[Candidate]:
+    """The proposer's candidates for an accessor kernel, made on its pointer form and brought back."""
+    form = _pointer_form(target)
+    if form is None:  # not readable as pointers (the inference said why): launch and flag changes only
+        return proposer(target)
+    original = _kernel_text(form.target.source, form.target.kernel.name)
+    candidates = []
+    for candidate in proposer(form.target):
+        rewritten = _kernel_text(candidate.source, target.kernel.name)
+        if rewritten is None:
+            continue
+        if rewritten == original:  # a launch or a flag: the file as the user wrote it
+            candidates.append(replace(candidate, source=target.source))
+            continue
+        source = _brought_back(_accessor_spec_comment(candidate.source, target), target, form)
+        if source is not None:
+            made = _PointerForm(replace(form.target, source=candidate.source), form.calls)
+            _FORMS.get_or_make(_key(source, target.kernel.name), lambda made=made: made)
+            candidates.append(replace(candidate, source=source))
+    return candidates
+
+
+def _key(source: str, kernel: str) -> str:
+    return f"{hashlib.sha256(source.encode('utf-8')).hexdigest()}:{kernel}"
+
+
+def _pointer_form(target: KernelTarget) -> _PointerForm | None:
+    known = _FORMS.get(_key(target.source, target.kernel.name))
+    if known is not None:
+        return known
+    if target.spec is None:
+        return None
+    body = kernel_body(target.kernel, parse_cuda(target.source))
+    flat = flattened(target.kernel, target.source, body) if body is not None else "no body"
+    if isinstance(flat, str):
+        return None
+    kernel = next((k for k in find_kernels(flat.source) if k.start_byte == target.kernel.start_byte), None)
+    spec_arguments = _pointer_arguments(target, flat)
+    if kernel is None or spec_arguments is None:
+        return None
+    spec = replace(target.spec, arguments=spec_arguments)
+    form = _PointerForm(
+        KernelTarget(target.path, flat.source, kernel, spec, target.note), _calls(target.kernel, flat)
+    )
+    return _FORMS.get_or_make(_key(target.source, target.kernel.name), lambda: form)
+
+
+def _pointer_arguments(target: KernelTarget, flat: Flattened) -> tuple[ArgumentSpec, ...] | None:
+    """The spec's arguments for the pointer kernel: each accessor a buffer of its shape passed as a
+    pointer, each added size a scalar of the accessors' sizes along it (None where they disagree)."""
+    assert target.spec is not None
+    values: dict[str, str] = {}
+    for argument in target.spec.arguments:
+        for size, written in zip(flat.dims.get(argument.name, ()), argument.shape, strict=False):
+            if size.isdigit():
+                continue
+            if values.setdefault(size, written) != written:
+                return None  # the spec gives two sizes to dimensions the kernel indexes alike
+    if set(values) != set(flat.sizes):
+        return None
+    arguments = [replace(argument, accessor_bits=0) for argument in target.spec.arguments]
+    arguments += [ArgumentSpec(size, "scalar", "int32", value=values[size]) for size in flat.sizes]
+    return tuple(arguments)
+
+
+def _calls(kernel: Kernel, flat: Flattened) -> tuple[str, ...]:
+    calls = [f"{p.name}.data()" if p.accessor is not None else p.name for p in kernel.parameters]
+    for size in flat.sizes:
+        name, dim = next((n, d) for n, dims in flat.dims.items() for d, s in enumerate(dims) if s == size)
+        calls.append(f"{name}.size({dim})")
+    return tuple(calls)
+
+
+def _kernel_text(source: str, name: str) -> str | None:
+    found = [k for k in find_kernels(source) if k.name == name]
+    if len(found) != 1:
+        return None
+    return source.encode("utf-8")[found[0].start_byte : found[0].end_byte].decode("utf-8")
+
+
+def _accessor_spec_comment(source: str, target: KernelTarget) -> str:
+    """The rewrite's file with the accessor kernel's spec written above it. A rewrite that changes the
+    launch writes an inferred spec out there (agent/rewrite.py): the pointer form's, with its added sizes;
+    it becomes the accessor kernel's, with that launch. A rewrite of the body alone gets one too: the
+    kernel that calls the function on pointers reads as no pattern, and the file must say what it was
+    verified with. (A written spec is the user's comment, its launch values edited in place.)"""
+    assert target.spec is not None
+    if not target.spec.inferred:
+        return source
+    data = source.encode("utf-8")
+    written = load_targets(target.path, source, infer=False).find(target.kernel.name)
+    if written is not None and written.spec is not None and written.spec.span is not None:
+        start, end = written.spec.span.start_byte, written.spec.span.end_byte
+        comment = render_spec(replace(target.spec, launch=written.spec.launch))
+    else:
+        kernel = next(k for k in find_kernels(source) if k.name == target.kernel.name)
+        start = end = kernel.start_byte
+        comment = render_spec(target.spec) + "\n"
+    return data[:start].decode("utf-8") + comment + data[end:].decode("utf-8")
+
+
+def _brought_back(source: str, target: KernelTarget, form: _PointerForm) -> str | None:
+    """The rewrite's file with its kernel as a `__device__` function on pointers, called by the kernel."""
+    found = [k for k in find_kernels(source) if k.name == target.kernel.name]
+    if len(found) != 1:
+        return None
+    kernel, data = found[0], source.encode("utf-8")
+    name = target.kernel.name
+    head = data[kernel.start_byte : kernel.name_span.start_byte].decode("utf-8")
+    rest = data[kernel.name_span.end_byte : kernel.end_byte].decode("utf-8")
+    if not _GLOBAL.search(head):
+        return None
+    bounds = _LAUNCH_BOUNDS.search(head)
+    function = (
+        _LAUNCH_BOUNDS.sub("", _GLOBAL.sub("__device__ __forceinline__", head, count=1))
+        + name
+        + SUFFIX
+        + rest
+    )
+    original = target.source.encode("utf-8")
+    signature = original[target.kernel.start_byte : target.kernel.body_span.start_byte].decode("utf-8")
+    signature = _LAUNCH_BOUNDS.sub("", signature)
+    if bounds is not None:  # the rewrite's launch bounds belong to the kernel
+        signature = _GLOBAL.sub(f"__global__ {bounds.group(0).strip()}", signature, count=1)
+    template = (
+        f"<{', '.join(t.name for t in target.kernel.template_parameters)}>"
+        if target.kernel.template_parameters
+        else ""
+    )
+    call = f"{name}{SUFFIX}{template}({', '.join(form.calls)});"
+    wrapper = f"{signature}{{\n    // the body, on the accessors' data and sizes\n    {call}\n}}"
+    return (
+        data[: kernel.start_byte].decode("utf-8")
+        + function
+        + "\n\n"
+        + wrapper
+        + data[kernel.end_byte :].decode("utf-8")
+    )
