@@ -190,8 +190,14 @@ def test_rewrites_are_made_on_the_pointer_form_and_brought_back_as_a_call_from_t
     assert reread is not None and reread.spec is not None  # the spec it was verified with, written above it
     assert reread.spec.launch.grid == ("ceil_div(x_size0, block.x // 32)",)
     assert [a.shape for a in reread.spec.arguments] == [("x_size0", "x_size1"), ("x_size0",)]
-    unchanged = [c for c in candidates if c.description.startswith("block ")]
-    assert unchanged and all(c.source == ROW_SUMS for c in unchanged)  # a launch alone: the file as it was
+    # a launch alone: the kernel as written, the accessor spec with that block written above it
+    original_kernel = ROW_SUMS[ROW_SUMS.index("__global__") :]
+    for candidate in [c for c in candidates if c.description.startswith("block ")]:
+        assert candidate.source.endswith(original_kernel)
+        assert "x_size0 = {" not in candidate.source  # no added size as an argument
+        reread = load_targets(path, candidate.source).find("row_sums_kernel")
+        assert reread is not None and reread.spec is not None
+        assert reread.spec.launch.block == candidate.block
     if find_nvcc() is not None:
         result = compile_in(
             environment_for(path), warp.source, "row_sums_kernel", filename=str(path), arch="sm_90"
@@ -267,3 +273,23 @@ def test_accessor_kernels_run_verify_and_get_faster_rewrites_on_the_gpu(tmp_path
             results = engine.evaluate(baseline, interleave(_first_round(target, proposers, []))[:6])
             seen = shown(baseline.target, results)
             assert results and all(r.verified for r in results), seen
+
+
+def test_a_written_spec_is_kept_through_the_pointer_form() -> None:
+    """The bench's accessor kernel has its spec written: every candidate's file reads back with that spec
+    (its launch edited in place where the candidate changed it), never with the pointer form's sizes."""
+    from cuda_agent.agent.optimize import PROPOSERS
+    from cuda_agent.agent.search import _first_round
+
+    path = Path(__file__).parent.parent / "bench" / "kernels" / "outside" / "row_sums_accessors.cu"
+    (target,) = load_targets(path).targets
+    assert target.spec is not None and not target.spec.inferred
+    notes: list[str] = []
+    proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
+    candidates = [c for group in _first_round(target, proposers, notes) for c in group]
+    assert not notes  # no proposer failed on it
+    assert any(c.proposer == "grid-stride" for c in candidates)  # edits the written grid
+    for candidate in candidates:
+        loaded = load_targets(path, candidate.source)
+        assert not loaded.spec_errors, (candidate.description, [e.message for e in loaded.spec_errors])
+        assert 'x_size0 = { role = "scalar"' not in candidate.source

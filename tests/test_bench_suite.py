@@ -4,7 +4,8 @@ resolves at its benchmark size and at every verification size."""
 from __future__ import annotations
 
 import pytest
-from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.compile_environment import compile_in, environment_for
+from cuda_agent.agent.device_source import device_source, includes_torch
 from cuda_agent.agent.targets import KernelTarget, load_targets, problems_for
 from cuda_agent.sandbox.compile import compile_kernel
 from cuda_agent.sandbox.nvrtc import nvrtc_unavailable_reason
@@ -69,7 +70,16 @@ def test_compiles_with_nvrtc(target: KernelTarget) -> None:
 
 
 def assert_compiles(target: KernelTarget, backend: str) -> None:
-    """The bench kernel compiles for the H200 with that compiler, as the worker would compile it."""
+    """The bench kernel compiles for the H200 with that compiler, as the worker would compile it (a
+    PyTorch extension's kernels with nvcc and torch's device headers, as agent/compile_environment.py
+    compiles them)."""
+    if includes_torch(target.source):
+        environment = environment_for(target.path)
+        extension = compile_in(
+            environment, target.source, target.name_expression, filename=str(target.path), arch="sm_90"
+        )
+        assert extension.ok, [d.message for d in extension.errors]
+        return
     result = compile_kernel(
         device_source(target.source),
         target.name_expression,

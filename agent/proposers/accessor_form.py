@@ -44,6 +44,9 @@ _LAUNCH_BOUNDS = re.compile(r"\b__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)
 class _PointerForm:
     target: KernelTarget  # the kernel on pointers, with its spec
     calls: tuple[str, ...]  # what the kernel passes for each of its parameters: `x.data()`, `x.size(1)`, `n`
+    # A written spec gets the added sizes as scalar entries of its [args] (so the pointer form's file reads
+    # back with its spec, as proposers that edit the spec's launch check): the lines added, to take out.
+    added: str = ""
 
 
 # The pointer form of each accessor-form file this process made or read, by the file's text: chained
@@ -68,13 +71,18 @@ def through_pointers(
         rewritten = _kernel_text(candidate.source, target.kernel.name)
         if rewritten is None:
             continue
-        if rewritten == original:  # a launch or a flag: the file as the user wrote it
-            candidates.append(replace(candidate, source=target.source))
-            continue
-        source = _brought_back(_accessor_spec_comment(candidate.source, target), target, form)
+        pointer_source = candidate.source.replace(form.added, "", 1) if form.added else candidate.source
+        if rewritten == original:  # a launch or a flag: the kernel as the user wrote it
+            accessor_kernel = _kernel_text(target.source, target.kernel.name)
+            source = _with_kernel(
+                _accessor_spec_comment(pointer_source, target, False), target, accessor_kernel
+            )
+        else:
+            source = _brought_back(_accessor_spec_comment(pointer_source, target, True), target, form)
+            if source is not None:
+                made = replace(form, target=replace(form.target, source=candidate.source))
+                _FORMS.get_or_make(_key(source, target.kernel.name), lambda made=made: made)
         if source is not None:
-            made = _PointerForm(replace(form.target, source=candidate.source), form.calls)
-            _FORMS.get_or_make(_key(source, target.kernel.name), lambda made=made: made)
             candidates.append(replace(candidate, source=source))
     return candidates
 
@@ -93,20 +101,49 @@ def _pointer_form(target: KernelTarget) -> _PointerForm | None:
     flat = flattened(target.kernel, target.source, body) if body is not None else "no body"
     if isinstance(flat, str):
         return None
-    kernel = next((k for k in find_kernels(flat.source) if k.start_byte == target.kernel.start_byte), None)
-    spec_arguments = _pointer_arguments(target, flat)
-    if kernel is None or spec_arguments is None:
+    values = _size_values(target, flat)
+    if values is None:
         return None
-    spec = replace(target.spec, arguments=spec_arguments)
-    form = _PointerForm(
-        KernelTarget(target.path, flat.source, kernel, spec, target.note), _calls(target.kernel, flat)
-    )
+    source, added, spec = flat.source, "", target.spec
+    if not target.spec.inferred:  # the comment gets the sizes' entries, and is read back from the file
+        source, added = _with_size_entries(target, flat.source, values)
+        written = load_targets(target.path, source, infer=False).find(target.kernel.name) if added else None
+        if written is None or written.spec is None:
+            return None
+        pointer_target = written
+    else:
+        arguments = [replace(argument, accessor_bits=0) for argument in spec.arguments]
+        arguments += [ArgumentSpec(size, "scalar", "int32", value=values[size]) for size in flat.sizes]
+        kernel = next((k for k in find_kernels(source) if k.start_byte == target.kernel.start_byte), None)
+        if kernel is None:
+            return None
+        pointer_target = KernelTarget(target.path, source, kernel, replace(spec, arguments=tuple(arguments)))
+    form = _PointerForm(replace(pointer_target, note=target.note), _calls(target.kernel, flat), added)
     return _FORMS.get_or_make(_key(target.source, target.kernel.name), lambda: form)
 
 
-def _pointer_arguments(target: KernelTarget, flat: Flattened) -> tuple[ArgumentSpec, ...] | None:
-    """The spec's arguments for the pointer kernel: each accessor a buffer of its shape passed as a
-    pointer, each added size a scalar of the accessors' sizes along it (None where they disagree)."""
+def _with_size_entries(target: KernelTarget, source: str, values: dict[str, str]) -> tuple[str, str]:
+    """`source` with a scalar entry for each added size after the written spec's last [args] entry, and
+    the text added ("" where the entries could not be placed: a spec comment after the kernel)."""
+    assert target.spec is not None
+    spans = [target.spec.value_spans.get(("args", p.name)) for p in target.kernel.parameters]
+    if any(span is None for span in spans):
+        return source, ""
+    end = max(span.end_byte for span in spans if span is not None)
+    data = source.encode("utf-8")
+    line_end = data.find(b"\n", end)
+    if end > target.kernel.start_byte or line_end < 0:
+        return source, ""
+    added = "".join(
+        f'\n{size} = {{ role = "scalar", dtype = "int32", value = "{value}" }}'
+        for size, value in values.items()
+    )
+    return (data[:line_end].decode("utf-8") + added + data[line_end:].decode("utf-8")), added
+
+
+def _size_values(target: KernelTarget, flat: Flattened) -> dict[str, str] | None:
+    """Each added size's value: the spec's shape entry for the dimensions the kernel indexes alike (None
+    where the spec gives them different sizes)."""
     assert target.spec is not None
     values: dict[str, str] = {}
     for argument in target.spec.arguments:
@@ -114,12 +151,8 @@ def _pointer_arguments(target: KernelTarget, flat: Flattened) -> tuple[ArgumentS
             if size.isdigit():
                 continue
             if values.setdefault(size, written) != written:
-                return None  # the spec gives two sizes to dimensions the kernel indexes alike
-    if set(values) != set(flat.sizes):
-        return None
-    arguments = [replace(argument, accessor_bits=0) for argument in target.spec.arguments]
-    arguments += [ArgumentSpec(size, "scalar", "int32", value=values[size]) for size in flat.sizes]
-    return tuple(arguments)
+                return None
+    return {size: values[size] for size in flat.sizes} if set(values) == set(flat.sizes) else None
 
 
 def _calls(kernel: Kernel, flat: Flattened) -> tuple[str, ...]:
@@ -137,7 +170,7 @@ def _kernel_text(source: str, name: str) -> str | None:
     return source.encode("utf-8")[found[0].start_byte : found[0].end_byte].decode("utf-8")
 
 
-def _accessor_spec_comment(source: str, target: KernelTarget) -> str:
+def _accessor_spec_comment(source: str, target: KernelTarget, body_rewritten: bool) -> str:
     """The rewrite's file with the accessor kernel's spec written above it. A rewrite that changes the
     launch writes an inferred spec out there (agent/rewrite.py): the pointer form's, with its added sizes;
     it becomes the accessor kernel's, with that launch. A rewrite of the body alone gets one too: the
@@ -151,11 +184,22 @@ def _accessor_spec_comment(source: str, target: KernelTarget) -> str:
     if written is not None and written.spec is not None and written.spec.span is not None:
         start, end = written.spec.span.start_byte, written.spec.span.end_byte
         comment = render_spec(replace(target.spec, launch=written.spec.launch))
+    elif not body_rewritten:
+        return source
     else:
         kernel = next(k for k in find_kernels(source) if k.name == target.kernel.name)
         start = end = kernel.start_byte
         comment = render_spec(target.spec) + "\n"
     return data[:start].decode("utf-8") + comment + data[end:].decode("utf-8")
+
+
+def _with_kernel(source: str, target: KernelTarget, text: str | None) -> str | None:
+    """`source` with the kernel's definition replaced by `text`."""
+    found = [k for k in find_kernels(source) if k.name == target.kernel.name]
+    if len(found) != 1 or text is None:
+        return None
+    data = source.encode("utf-8")
+    return data[: found[0].start_byte].decode("utf-8") + text + data[found[0].end_byte :].decode("utf-8")
 
 
 def _brought_back(source: str, target: KernelTarget, form: _PointerForm) -> str | None:
