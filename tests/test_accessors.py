@@ -182,6 +182,13 @@ def test_rewrites_are_made_on_the_pointer_form_and_brought_back_as_a_call_from_t
     proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
     candidates = [c for group in _first_round(target, proposers, []) for c in group]
     warp = next(c for c in candidates if c.description.startswith("one warp per row"))
+    # a follow-up built on the rewrite's pointer form, not on the kernel that calls it
+    chained = next(
+        c
+        for c in candidates
+        if c.description.startswith("one warp per row") and " + 16-byte" in c.description
+    )
+    assert "reinterpret_cast<const uint4*>" in chained.source.split(f"row_sums_kernel{SUFFIX}(", 1)[1]
     (kernel,) = [k for k in find_kernels(warp.source) if k.name == "row_sums_kernel"]
     assert [p.accessor is not None for p in kernel.parameters] == [True, True]  # the signature as written
     assert f"row_sums_kernel{SUFFIX}(x.data(), sums.data(), x.size(0), x.size(1));" in warp.source

@@ -80,11 +80,22 @@ def through_pointers(
         else:
             source = _brought_back(_accessor_spec_comment(pointer_source, target, True), target, form)
             if source is not None:
-                made = replace(form, target=replace(form.target, source=candidate.source))
-                _FORMS.get_or_make(_key(source, target.kernel.name), lambda made=made: made)
+                _remember(source, candidate.source, target, form)
         if source is not None:
             candidates.append(replace(candidate, source=source))
     return candidates
+
+
+def _remember(source: str, pointer_source: str, target: KernelTarget, form: _PointerForm) -> None:
+    """Keep the pointer form a brought-back file came from: its kernel as rewritten (proposers edit by its
+    positions) and its spec as written there (a rewrite's launch), else the form's own."""
+    rewritten = load_targets(target.path, pointer_source, infer=False).find(target.kernel.name)
+    if rewritten is None:
+        return
+    if rewritten.spec is None:
+        rewritten = replace(rewritten, spec=form.target.spec)
+    made = replace(form, target=replace(rewritten, note=form.target.note))
+    _FORMS.get_or_make(_key(source, target.kernel.name), lambda: made)
 
 
 def _key(source: str, kernel: str) -> str:
