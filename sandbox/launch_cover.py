@@ -82,7 +82,8 @@ class LaunchCover:
 def _spin_kernel() -> Any:
     import cupy
 
-    return cupy.RawKernel(_SPIN_SOURCE, "launch_cover_spin")  # compiled once a worker
+    # a Function, launched like the kernels (sandbox/buffers.py `launch`): on the stream it is given
+    return cupy.RawModule(code=_SPIN_SOURCE).get_function("launch_cover_spin")  # compiled once a worker
 
 
 def on_stream(stream: Any) -> LaunchCover:
