@@ -67,6 +67,33 @@ __global__ void row_sums_kernel(const at::PackedTensorAccessor64<float, 2, at::R
 """
 
 
+# A batch a block along z or y, the other axes global, a bound stated into the kernel's own check.
+BATCHED = """\
+#include <torch/extension.h>
+
+__global__ void add_3d_kernel(const torch::PackedTensorAccessor32<float, 3, torch::RestrictPtrTraits> a,
+                              const torch::PackedTensorAccessor32<float, 3, torch::RestrictPtrTraits> b,
+                              torch::PackedTensorAccessor32<float, 3, torch::RestrictPtrTraits> out) {
+    const int batch = blockIdx.z;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (y < a.size(1) && x < a.size(2)) out[batch][y][x] = a[batch][y][x] + b[batch][y][x];
+}
+
+__global__ void channel_means_kernel(const at::PackedTensorAccessor64<float, 3, at::RestrictPtrTraits> x,
+                                     at::PackedTensorAccessor64<float, 2, at::RestrictPtrTraits> means) {
+    const int n = blockIdx.y;
+    const int c = threadIdx.x + blockIdx.x * blockDim.x;
+    if (c >= x.size(1)) return;
+    float sum = 0.f;
+    for (int i = 0; i < x.size(2); ++i) {
+        sum += x[n][c][i];
+    }
+    means[n][c] = sum / x.size(2);
+}
+"""
+
+
 def spec_of(source: str, name: str):  # type: ignore[no-untyped-def]
     kernel = next(k for k in find_kernels(source) if k.name == name)
     return infer_spec(kernel, source)
@@ -125,6 +152,22 @@ def test_a_loop_over_an_accessors_size_and_64_bit_indices() -> None:
     assert (x.role, sums.role) == ("input", "output")
     assert spec.launch.grid == ("ceil_div(x_size0, block.x)",)
     assert spec.reduction == "x_size1"  # a sum along the row: rewrites may reorder it within tolerance
+
+
+def test_a_batch_a_block_along_z_or_y_gets_blocks_one_deep_and_a_grid_as_long_as_the_batch() -> None:
+    volume, _ = spec_of(BATCHED, "add_3d_kernel")
+    assert volume is not None
+    assert volume.launch.block == (64, 4, 1)
+    assert volume.launch.grid == ("ceil_div(a_size2, block.x)", "ceil_div(a_size1, block.y)", "a_size0")
+    assert {a.name: a.shape for a in volume.arguments}["out"] == ("a_size0", "a_size1", "a_size2")
+    means, note = spec_of(BATCHED, "channel_means_kernel")
+    assert means is not None, note
+    assert means.launch.block == (256, 1)
+    assert means.launch.grid == ("ceil_div(x_size1, block.x)", "x_size0")
+    assert [a.shape for a in means.arguments] == [("x_size0", "x_size1", "x_size2"), ("x_size0", "x_size1")]
+    assert means.reduction == "x_size2"
+    x_elements = means.sizes["x_size0"] * means.sizes["x_size1"] * means.sizes["x_size2"]
+    assert x_elements <= 1 << 25  # sized by the several-sizes caps, not 4096 on every side
 
 
 def test_accessors_taken_apart_are_refused_with_the_reason() -> None:
@@ -267,12 +310,18 @@ def test_accessor_kernels_run_verify_and_get_faster_rewrites_on_the_gpu(tmp_path
 
     proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
     path = tmp_path / "ext.cu"
-    path.write_text(BIAS_GELU + ROW_SUMS.replace("#include <torch/extension.h>\n", ""))
+    path.write_text(
+        BIAS_GELU
+        + ROW_SUMS.replace("#include <torch/extension.h>\n", "")
+        + BATCHED.replace("#include <torch/extension.h>\n", "")
+    )
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         targets = load_targets(path).targets
         assert [t.kernel.name for t in targets if t.spec is not None] == [
             "bias_gelu_kernel",
             "row_sums_kernel",
+            "add_3d_kernel",
+            "channel_means_kernel",
         ]
         for target in targets:
             baseline = engine.baseline(target)

@@ -390,3 +390,25 @@ def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(t
             results = engine.evaluate(baseline, interleave(_first_round(target, proposers, []))[:6])
             seen = shown(baseline.target, results)
             assert results and all(r.verified for r in results), seen
+
+
+def test_a_batch_row_a_block_summing_a_third_size() -> None:
+    """`n = blockIdx.y` (no threadIdx.y), c along x, a loop over positions: a thread per (n, c) summing L;
+    the y blocks are one thread high and the grid's y counts the batch (it was refused: no global y index)."""
+    source = """
+        __global__ void channel_means(const float* x, float* means, int N, int C, int L) {
+            const int n = blockIdx.y;
+            const int c = threadIdx.x + blockIdx.x * blockDim.x;
+            if (n >= N || c >= C) return;
+            float sum = 0.f;
+            for (int i = 0; i < L; ++i) sum += x[(n * C + c) * L + i];
+            means[n * C + c] = sum / L;
+        }"""
+    (kernel,) = find_kernels(source)
+    spec, note = infer_spec(kernel, source)
+    assert spec is not None, note
+    assert spec.launch.block == (256, 1) and spec.launch.grid == ("ceil_div(C, block.x)", "N")
+    assert spec.reduction == "L"
+    for sizes in (spec.sizes, spec.sizes | spec.verify_sizes[0]):
+        elements = evaluate(spec.argument("x").shape[0], sizes)
+        assert elements == sizes["N"] * sizes["C"] * sizes["L"]

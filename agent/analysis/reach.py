@@ -58,6 +58,9 @@ class Reach:
     # `c * i + j` (i the global index along x, j a loop counter), c - (j's span): a row pitch of at
     # least the row a thread writes (`out[b * offset + j]`, j < n: offset >= n)
     separations: list[Form] = field(default_factory=list)
+    # axes along which a block covers one index (`const int b = blockIdx.z;`, no threadIdx.z anywhere):
+    # the launch is one thread deep along them, its grid as long as the bound
+    block_only: tuple[str, ...] = ()
 
     def offsets(self, form: Form, values: Mapping[str, int], most: int) -> np.ndarray | None:
         """The form's value for each of the first `most` threads of a 1-D launch at these sizes, or None
@@ -110,7 +113,8 @@ def reach(facts: KernelFacts, sizes: frozenset[str], axes: tuple[str, ...] = ("x
         if isinstance(trips, str):
             return trips
         work.append(trips)
-    return Reach(tuple(threads), lowest, needed, work, stored, facts.atoms, separations)
+    block_only = tuple(axis for axis in axes if axis in ranges.block_only)
+    return Reach(tuple(threads), lowest, needed, work, stored, facts.atoms, separations, block_only)
 
 
 def _at_first_iteration(access: Access, loops: Mapping[str, list[Loop]]) -> Form | None:
@@ -205,6 +209,7 @@ class _Ranges:
         self.lows: dict[str, int] = {}  # a guard's lower bound on it (`i > 0` of a stencil): 1
         self.global_forms = dict(_G)
         self.loop_spans: dict[str, Span | str] = {}  # each counter's, once asked (every access reads them)
+        self.block_only: set[str] = set()  # axes whose index is a block number alone
 
     def threads(self, axis: str) -> Form | str:
         """The bound of the global index along the axis: its guard's (`if (i >= n) return;`, also a piece
@@ -214,7 +219,7 @@ class _Ranges:
             form = bound.index_form
             if form is None or not bound.bound.atoms() <= self.sizes:
                 continue
-            if _is_global(form, axis):
+            if _is_global(form, axis) or self._a_block_an_index(form, axis):
                 self.global_forms[axis], self.bounds[axis] = form, bound.bound
                 self.lows[axis] = _lower_bound(guard.others, bound.index, guard.early_return)
                 return bound.bound
@@ -232,6 +237,20 @@ class _Ranges:
                 return loop.bound
         along = "" if axis == "x" else f" along {axis}"
         return f"no bound on the global index{along} (an `if (i < n)` guard or a grid-stride loop over n)"
+
+    def _a_block_an_index(self, form: Form, axis: str) -> bool:
+        """`blockIdx.y` alone (also z) where no access, bound or loop reads threadIdx along that axis: a
+        block covers one index along it (a batch row a block, torch's extension tutorial's `blockIdx.y`)."""
+        if axis == "x" or form != Form.atom(f"blockIdx.{axis}"):
+            return False
+        thread = f"threadIdx.{axis}"
+        forms = [a.offset for a in self.facts.accesses] + [
+            f for loop in self.facts.loops for f in (loop.start, loop.bound)
+        ]
+        if any(thread in f.atoms() for f in forms) or any(thread in text(n) for n in self.facts.thread_uses):
+            return False
+        self.block_only.add(axis)
+        return True
 
     def separation(self, offset: Form, counters: tuple[str, ...]) -> Form | None:
         """For a store at `c * i + j + rest` (i the global index along x, c of sizes, j one of the store's
@@ -298,6 +317,11 @@ class _Ranges:
         """The form with `c * (blockIdx.x * blockDim.x + threadIdx.x)` as c times the global index (and
         likewise along y)."""
         for axis in self.bounds:
+            if axis in self.block_only:  # the block number is the index
+                weight = form.coefficient(f"blockIdx.{axis}")
+                if weight is not None and weight.atoms() <= self.sizes:
+                    form = form - weight * Form.atom(f"blockIdx.{axis}") + weight * Form.atom(GLOBAL[axis])
+                continue
             weight = form.coefficient(f"threadIdx.{axis}")
             if weight is None or not weight.atoms() <= self.sizes:
                 continue

@@ -20,7 +20,7 @@ read any other way are refused with the reason.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from cuda_agent.agent.kernels import Accessor, Kernel
 from cuda_agent.agent.parsing import walk
@@ -205,13 +205,17 @@ def _fresh(name: str, taken: set[str]) -> str:
 class _Text:
     """A node's text with the accessors' uses read as pointer code."""
 
-    def __init__(
-        self, data: bytes, uses: _Uses, dims: dict[str, tuple[str, ...]], after: dict[int, str]
-    ) -> None:
-        self.data, self.uses, self.dims, self.after = data, uses, dims, after
+    def __init__(self, data: bytes, uses: _Uses, dims: dict[str, tuple[str, ...]], stated: _Stated) -> None:
+        self.data, self.uses, self.dims = data, uses, dims
+        self.after, self.around = stated.after, stated.around
 
     def of(self, node: Node) -> str:
-        return self._of(node) + self.after.get(node.id, "")
+        # a bounds check's condition gets the stated bounds inside its parentheses: (cond || n >= s)
+        opened, closed = self.around.get(node.id, ("", ""))
+        written = self._of(node)
+        if (opened or closed) and written.startswith("(") and written.endswith(")"):  # `( cond )` of an if
+            return f"({opened}{written[1:-1]}{closed})"
+        return written + self.after.get(node.id, "")
 
     def _of(self, node: Node) -> str:
         if node.id in self.uses.chains:
@@ -239,10 +243,20 @@ class _Text:
         return "".join(parts)
 
 
-def _stated_bounds(uses: _Uses, dims: dict[str, tuple[str, ...]], body: Node, data: bytes) -> dict[int, str]:
-    """The bound each unchecked thread index relies on, stated as an early return after its declaration
-    (`const int n = blockIdx.y;` indexing x's dimension 0: `if (n >= x_size0) return;`), by the
-    declaration's node. Indices the kernel compares with anything are left alone: it bounds them itself."""
+@dataclass
+class _Stated:
+    """Where the bounds unchecked indices rely on are written: text after a declaration, or inside the
+    parentheses of the kernel's own bounds check (before, after), by node id."""
+
+    after: dict[int, str] = field(default_factory=dict)
+    around: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+
+def _stated_bounds(uses: _Uses, dims: dict[str, tuple[str, ...]], body: Node, data: bytes) -> _Stated:
+    """The bound each unchecked thread index relies on (`const int n = blockIdx.y;` indexing x's dimension
+    0: n < x_size0), added to the kernel's first bounds check where the index is declared before it
+    (`if ((c >= x_size1) || n >= x_size0) return;`: the analysis reads one check), else an early return
+    after its declaration. Indices the kernel compares with anything are left alone: it bounds them."""
     compared: set[str] = set()
     for node in walk(body):
         operator = node.child_by_field_name("operator") if node.type == "binary_expression" else None
@@ -256,8 +270,10 @@ def _stated_bounds(uses: _Uses, dims: dict[str, tuple[str, ...]], body: Node, da
                 bounds.setdefault(index_name, [])
                 if size not in bounds[index_name]:
                     bounds[index_name].append(size)
-    after: dict[int, str] = {}
-    for statement in body.named_children:
+    statements = [s for s in body.named_children if s.type != "comment"]
+    guard = next((s for s in statements if _a_guard(s, statements)), None)
+    stated = _Stated()
+    for statement in statements:
         if statement.type != "declaration":
             continue
         for declarator in statement.children_by_field_name("declarator"):
@@ -266,10 +282,36 @@ def _stated_bounds(uses: _Uses, dims: dict[str, tuple[str, ...]], body: Node, da
             if declarator.type != "init_declarator" or name_node is None or value is None:
                 continue
             name = _node_text(name_node, data)
-            if name in bounds and _THREAD_WORDS.search(_node_text(value, data)):
-                checks = " || ".join(f"{name} >= {size}" for size in bounds[name])
-                after[statement.id] = after.get(statement.id, "") + f" if ({checks}) return;"
-    return after
+            if name not in bounds or not _THREAD_WORDS.search(_node_text(value, data)):
+                continue
+            condition = guard.child_by_field_name("condition") if guard is not None else None
+            if condition is not None and statement.start_byte < guard.start_byte:  # type: ignore[union-attr]
+                # the kernel's own bounds check gets it, so the analysis reads one check (its first)
+                if _returns(guard):  # type: ignore[arg-type]
+                    extra = "".join(f" || {name} >= {size}" for size in bounds[name])
+                else:
+                    extra = "".join(f" && {name} < {size}" for size in bounds[name])
+                opened, closed = stated.around.get(condition.id, ("", ""))
+                stated.around[condition.id] = (opened + "(", extra + ")" + closed)
+                continue
+            checks = " || ".join(f"{name} >= {size}" for size in bounds[name])
+            stated.after[statement.id] = stated.after.get(statement.id, "") + f" if ({checks}) return;"
+    return stated
+
+
+def _a_guard(statement: Node, statements: list[Node]) -> bool:
+    """A top-level bounds check: `if (...) return;` anywhere, or `if (...) { ... }` last, no else."""
+    if statement.type != "if_statement" or statement.child_by_field_name("alternative") is not None:
+        return False
+    return _returns(statement) or statement == statements[-1]
+
+
+def _returns(statement: Node) -> bool:
+    consequence = statement.child_by_field_name("consequence")
+    inner = [consequence] if consequence is not None and consequence.type != "compound_statement" else []
+    if consequence is not None and consequence.type == "compound_statement":
+        inner = [s for s in consequence.named_children if s.type != "comment"]
+    return len(inner) == 1 and inner[0].type == "return_statement" and not inner[0].named_children
 
 
 def _node_text(node: Node, data: bytes) -> str:

@@ -48,7 +48,7 @@ from cuda_agent.agent.spec.dtypes import (
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
 from cuda_agent.agent.spec.render import CHECK_ADVICE
-from cuda_agent.agent.spec.several_sizes import BLOCKS, several_sizes
+from cuda_agent.agent.spec.several_sizes import block_for, several_sizes
 from cuda_agent.agent.spec.validate import is_size_name
 from cuda_agent.agent.spec.written_out import written_out
 from tree_sitter import Node, Tree
@@ -220,6 +220,12 @@ def _inferred(
         layout = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
     elif len(int_scalars) == 3 and analysis.uses_y:
         layout = _layout_contraction([size_of[parameter.name] for parameter, _ in int_scalars], analysis)
+        if (
+            isinstance(layout, str) and analysis.a_block_a_row
+        ):  # a batch row a block, each summing a third size
+            sizes = [p for p, _ in int_scalars]
+            several = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
+            layout = layout if isinstance(several, str) else several
     elif fixed:
         names = list(fixed)
         layout = _layout_1d(names[0], analysis) if len(names) == 1 else _layout_2d(names, analysis, ordered)
@@ -374,14 +380,15 @@ def _layout_several(
         names = ", ".join(p.name for p in sizes)
         return f"{found}; a {rank}-D kernel over {len(sizes)} integer sizes ({names})"
     grid = tuple(
-        f"ceil_div({threads}, block.{axis})" for threads, axis in zip(found.threads, "xyz", strict=False)
+        threads if axis in found.block_only else f"ceil_div({threads}, block.{axis})"
+        for threads, axis in zip(found.threads, "xyz", strict=False)
     )
     return Layout(
         pattern=f"{rank}-D over several sizes",
         summary=found.summary,
         sizes=found.bench,
         verify=found.verify,
-        block=BLOCKS[rank],
+        block=block_for(rank, found.block_only),
         grid=grid,
         shape_of={array: (shape,) for array, shape in found.shapes.items()},
         full_shape=(" * ".join(f"({t})" for t in found.threads) if rank > 1 else found.threads[0],),

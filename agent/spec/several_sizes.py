@@ -59,6 +59,7 @@ class Sized:
     bench: dict[str, int]
     verify: dict[str, int]
     summary: str
+    block_only: tuple[str, ...] = ()  # axes a block covers one index along (reach.Reach.block_only)
 
 
 def several_sizes(
@@ -143,13 +144,22 @@ def several_sizes(
             return clash
     threads = tuple(bound.text() for bound in found.threads)
     summary = f"{' × '.join(threads)} threads; {_listed(bench)}, verified at {_listed(verify)}"
-    return Sized(threads, shapes, bench, verify, summary)
+    return Sized(threads, shapes, bench, verify, summary, found.block_only)
 
 
 _MOST_THREADS_CHECKED = 1 << 18
 # The block of each rank: 256 threads, a warp along x (a 3-D one 4 rows by 2 planes: a plane's neighbours
 # along y and z stay in L1 for the block).
 BLOCKS = {1: (256,), 2: (32, 8), 3: (32, 4, 2)}
+
+
+def block_for(rank: int, block_only: tuple[str, ...]) -> tuple[int, ...]:
+    """The rank's block, one thread along the axes a block covers one index of, their threads along x."""
+    block = list(BLOCKS[rank])
+    for axis in block_only:
+        index = "xyz".index(axis)
+        block[0], block[index] = block[0] * block[index], 1
+    return tuple(block)
 
 
 def _stored_twice(found: Reach, values: Mapping[str, int]) -> str | None:
