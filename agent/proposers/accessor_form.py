@@ -13,9 +13,12 @@ its signature unchanged, calls it with the accessors' data and sizes (`x.data()`
         row_sums_kernel_on_pointers<scalar_t>(x.data(), sums.data(), x.size(0), x.size(1));
     }
 
-A rewrite that leaves the body as it was (a block, a compiler flag) keeps the file as it was. The
-pointer form each rewrite came from is kept (a few hundred, by the rewrite's text), so proposers chained
-after it (follow-ups, combinations) work on that form again rather than on the wrapper.
+A rewrite of the body writes the accessor spec above the kernel, with the rewrite's launch (the kernel
+that calls a function reads as no pattern). A rewrite that leaves the body as it was (a block, a flag)
+keeps the kernel as written. A written spec's pointer form carries the added sizes as entries of its
+[args], taken out again on the way back. The pointer form each rewrite came from is kept (a few hundred,
+by the rewrite's text), so proposers chained after it (follow-ups, combinations) work on that form
+rather than on the wrapper.
 """
 
 from __future__ import annotations
