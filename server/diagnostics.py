@@ -51,7 +51,8 @@ def spec_diagnostics(analysis: Analysis, kept: KernelDiagnostics | None = None) 
 # read, the diagnostic, and its JSON split where its line goes.
 DiagnosticParts = dict[tuple[int, str, str, str], tuple[object, types.Diagnostic, list[str]]]
 # After an edit, a run of kernels' diagnostics, by (id of its block, its first and last kernel, its lines'
-# offset, the names in it with a spec written now): the block, and each diagnostic with its JSON.
+# offset, the line moves since its notes were read, the names in it with a spec written now): the block,
+# and each diagnostic with its JSON.
 DiagnosticRuns = dict[tuple[object, ...], tuple[object, list[tuple[types.Diagnostic, str]]]]
 
 
@@ -94,7 +95,10 @@ class KernelDiagnostics:
         written = targets.specs.keys() | targets.failed | {name for name in broken_specs if name}
         found: list[types.Diagnostic] = []
         for number, run in enumerate(targets.kernels.runs):
-            key = (id(run.block), run.lo, run.hi, run.lines_by, frozenset(filter(run.holds, written)))
+            # the moves since: an edit that moved lines an inferred spec's note cites changes the note
+            # ("line 211" of a launch below the edit), though not the kernels
+            moved = len(targets.moves)
+            key = (id(run.block), run.lo, run.hi, run.lines_by, moved, frozenset(filter(run.holds, written)))
             segment = self.earlier_runs.get(key)
             if segment is None or segment[0] is not run.block:
                 pairs = []

@@ -17,7 +17,7 @@ from cuda_agent.server.capabilities import ClientSupport
 from cuda_agent.server.documents import Analysis, Document, Parsed, analyse
 from cuda_agent.server.positions import byte_position
 from cuda_agent.server.replies import encode
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from lsprotocol import types
 from tree_sitter import Tree
@@ -194,6 +194,16 @@ def test_typing_in_comments_answers_as_a_fresh_analysis(edits: list[tuple[str, i
 
 @settings(max_examples=30, deadline=None)
 @given(edits=LINE_EDITS)
+# Found by CI: lines typed above a launch that a kernel's no-spec note cites ("line 211: cols is a parameter
+# of launch_module_2()"), the kernel itself untouched: its diagnostic must cite the launch's line now.
+@example(
+    edits=[
+        ("\n", 0, 0, 0, "x"),
+        ("int main", 0, 0, 0, "\n"),
+        ("\n", 200, 2, 0, "\n"),
+        ("\n", 200, 2, 0, "\n"),
+    ]
+)
 def test_lines_typed_and_removed_answer_as_a_fresh_analysis(edits: list[tuple[str, int, int, int, str]]):
     check_edits(TEXT, edits)
 
