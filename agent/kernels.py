@@ -1086,3 +1086,11 @@ def _inner_text(delimited: Node | None, data: bytes) -> str | None:
         return None
     opening, closing = delimited.children[0], delimited.children[-1]
     return data[opening.end_byte : closing.start_byte].decode("utf-8", errors="replace").strip()
+
+
+def kernel_body(kernel: Kernel, tree: Tree) -> Node | None:
+    """The kernel's `{ ... }` in `tree`."""
+    node = tree.root_node.descendant_for_byte_range(kernel.body_span.start_byte, kernel.body_span.end_byte)
+    while node is not None and node.type != "compound_statement":
+        node = node.parent
+    return node

@@ -88,7 +88,7 @@ def _spin_kernel() -> Any:
 
 def on_stream(stream: Any) -> LaunchCover:
     """A cover spinning on `stream` (a cupy stream; torch's own, wrapped as an ExternalStream, for the
-    oracle), its clock rate measured with events."""
+    oracle), at the clock rate measured once a worker."""
     import cupy
 
     kernel = _spin_kernel()
@@ -96,10 +96,26 @@ def on_stream(stream: Any) -> LaunchCover:
     def spin(cycles: int) -> None:
         kernel((1,), (1,), (cupy.int64(cycles),), stream=stream)
 
-    spin(CALIBRATION_CYCLES)  # its first launch loads the module
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    start.record(stream)
-    spin(CALIBRATION_CYCLES)
-    end.record(stream)
-    end.synchronize()
-    return LaunchCover(spin, CALIBRATION_CYCLES / max(float(cupy.cuda.get_elapsed_time(start, end)), 1e-6))
+    return LaunchCover(spin, _cycles_per_ms(stream))
+
+
+_measured_cycles_per_ms: float | None = None
+
+
+def _cycles_per_ms(stream: Any) -> float:
+    """The SM clock as the spin counts it, timed with events on `stream` the first time (every timed
+    request makes a cover: a synchronising calibration each time would cost each its own wait)."""
+    global _measured_cycles_per_ms
+    if _measured_cycles_per_ms is None:
+        import cupy
+
+        kernel = _spin_kernel()
+        kernel((1,), (1,), (cupy.int64(CALIBRATION_CYCLES),), stream=stream)  # its first launch loads it
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        kernel((1,), (1,), (cupy.int64(CALIBRATION_CYCLES),), stream=stream)
+        end.record(stream)
+        end.synchronize()
+        elapsed = max(float(cupy.cuda.get_elapsed_time(start, end)), 1e-6)
+        _measured_cycles_per_ms = CALIBRATION_CYCLES / elapsed
+    return _measured_cycles_per_ms

@@ -219,7 +219,10 @@ class _Ranges:
             form = bound.index_form
             if form is None or not bound.bound.atoms() <= self.sizes:
                 continue
-            if _is_global(form, axis) or self._a_block_an_index(form, axis):
+            block_only = self._a_block_an_index(form, axis)
+            if _is_global(form, axis) or block_only:
+                if block_only:
+                    self.block_only.add(axis)
                 self.global_forms[axis], self.bounds[axis] = form, bound.bound
                 self.lows[axis] = _lower_bound(guard.others, bound.index, guard.early_return)
                 return bound.bound
@@ -247,10 +250,9 @@ class _Ranges:
         forms = [a.offset for a in self.facts.accesses] + [
             f for loop in self.facts.loops for f in (loop.start, loop.bound)
         ]
-        if any(thread in f.atoms() for f in forms) or any(thread in text(n) for n in self.facts.thread_uses):
-            return False
-        self.block_only.add(axis)
-        return True
+        return not any(thread in f.atoms() for f in forms) and not any(
+            thread in text(n) for n in self.facts.thread_uses
+        )
 
     def separation(self, offset: Form, counters: tuple[str, ...]) -> Form | None:
         """For a store at `c * i + j + rest` (i the global index along x, c of sizes, j one of the store's

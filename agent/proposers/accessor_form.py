@@ -31,9 +31,7 @@ from dataclasses import dataclass, replace
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.kernels import Kernel, find_kernels
 from cuda_agent.agent.memo import BoundedMemo
-from cuda_agent.agent.parsing import parse_cuda
-from cuda_agent.agent.spec.accessors import Flattened, flattened
-from cuda_agent.agent.spec.infer import kernel_body
+from cuda_agent.agent.spec.accessors import Flattened, pointer_kernel
 from cuda_agent.agent.spec.model import ArgumentSpec
 from cuda_agent.agent.spec.render import render_spec
 from cuda_agent.agent.targets import KernelTarget, load_targets
@@ -68,33 +66,35 @@ def through_pointers(
     form = _pointer_form(target)
     if form is None:  # not readable as pointers (the inference said why): launch and flag changes only
         return proposer(target)
-    original = _kernel_text(form.target.source, form.target.kernel.name)
+    assert target.spec is not None  # a form is made for kernels with a spec
+    name = target.kernel.name
+    original, accessor_kernel = _kernel_text(form.target.source, name), _kernel_text(target.source, name)
     candidates = []
     for candidate in proposer(form.target):
-        rewritten = _kernel_text(candidate.source, target.kernel.name)
+        rewritten = _kernel_text(candidate.source, name)
         if rewritten is None:
             continue
         pointer_source = candidate.source.replace(form.added, "", 1) if form.added else candidate.source
-        if rewritten == original:  # a launch or a flag: the kernel as the user wrote it
-            accessor_kernel = _kernel_text(target.source, target.kernel.name)
-            source = _with_kernel(
-                _accessor_spec_comment(pointer_source, target, False), target, accessor_kernel
-            )
+        body_rewritten = rewritten != original  # else a launch or a flag: the kernel as the user wrote it
+        # the rewrite's pointer file read back, when something needs it: its spec comment, its form
+        reread = None
+        if body_rewritten or target.spec.inferred:
+            reread = load_targets(target.path, candidate.source, infer=False).find(name)
+        commented = _accessor_spec_comment(pointer_source, target, body_rewritten, reread)
+        if body_rewritten:
+            source = _brought_back(commented, target, form)
+            if source is not None and reread is not None:
+                _remember(source, reread, target, form)
         else:
-            source = _brought_back(_accessor_spec_comment(pointer_source, target, True), target, form)
-            if source is not None:
-                _remember(source, candidate.source, target, form)
+            source = _with_kernel(commented, name, accessor_kernel)
         if source is not None:
             candidates.append(replace(candidate, source=source))
     return candidates
 
 
-def _remember(source: str, pointer_source: str, target: KernelTarget, form: _PointerForm) -> None:
+def _remember(source: str, rewritten: KernelTarget, target: KernelTarget, form: _PointerForm) -> None:
     """Keep the pointer form a brought-back file came from: its kernel as rewritten (proposers edit by its
     positions) and its spec as written there (a rewrite's launch), else the form's own."""
-    rewritten = load_targets(target.path, pointer_source, infer=False).find(target.kernel.name)
-    if rewritten is None:
-        return
     if rewritten.spec is None:
         rewritten = replace(rewritten, spec=form.target.spec)
     made = replace(form, target=replace(rewritten, note=form.target.note))
@@ -111,10 +111,10 @@ def _pointer_form(target: KernelTarget) -> _PointerForm | None:
         return known
     if target.spec is None:
         return None
-    body = kernel_body(target.kernel, parse_cuda(target.source))
-    flat = flattened(target.kernel, target.source, body) if body is not None else "no body"
-    if isinstance(flat, str):
+    read = pointer_kernel(target.kernel, target.source)
+    if isinstance(read, str):
         return None
+    flat, kernel = read
     values = _size_values(target, flat)
     if values is None:
         return None
@@ -128,9 +128,6 @@ def _pointer_form(target: KernelTarget) -> _PointerForm | None:
     else:
         arguments = [replace(argument, accessor_bits=0) for argument in spec.arguments]
         arguments += [ArgumentSpec(size, "scalar", "int32", value=values[size]) for size in flat.sizes]
-        kernel = next((k for k in find_kernels(source) if k.start_byte == target.kernel.start_byte), None)
-        if kernel is None:
-            return None
         pointer_target = KernelTarget(target.path, source, kernel, replace(spec, arguments=tuple(arguments)))
     form = _PointerForm(replace(pointer_target, note=target.note), _calls(target.kernel, flat), added)
     return _FORMS.get_or_make(_key(target.source, target.kernel.name), lambda: form)
@@ -177,51 +174,62 @@ def _calls(kernel: Kernel, flat: Flattened) -> tuple[str, ...]:
     return tuple(calls)
 
 
-def _kernel_text(source: str, name: str) -> str | None:
+def _only_kernel(source: str, name: str) -> Kernel | None:
     found = [k for k in find_kernels(source) if k.name == name]
-    if len(found) != 1:
-        return None
-    return source.encode("utf-8")[found[0].start_byte : found[0].end_byte].decode("utf-8")
+    return found[0] if len(found) == 1 else None
 
 
-def _accessor_spec_comment(source: str, target: KernelTarget, body_rewritten: bool) -> str:
+def _kernel_text(source: str, name: str) -> str | None:
+    kernel = _only_kernel(source, name)
+    return (
+        None
+        if kernel is None
+        else source.encode("utf-8")[kernel.start_byte : kernel.end_byte].decode("utf-8")
+    )
+
+
+def _accessor_spec_comment(
+    source: str, target: KernelTarget, body_rewritten: bool, written: KernelTarget | None
+) -> str:
     """The rewrite's file with the accessor kernel's spec written above it. A rewrite that changes the
     launch writes an inferred spec out there (agent/rewrite.py): the pointer form's, with its added sizes;
     it becomes the accessor kernel's, with that launch. A rewrite of the body alone gets one too: the
     kernel that calls the function on pointers reads as no pattern, and the file must say what it was
-    verified with. (A written spec is the user's comment, its launch values edited in place.)"""
+    verified with. (A written spec is the user's comment, its launch values edited in place.) `written`:
+    the rewrite's file read back (for an inferred spec, `source` is that file)."""
     assert target.spec is not None
     if not target.spec.inferred:
         return source
     data = source.encode("utf-8")
-    written = load_targets(target.path, source, infer=False).find(target.kernel.name)
     if written is not None and written.spec is not None and written.spec.span is not None:
         start, end = written.spec.span.start_byte, written.spec.span.end_byte
         comment = render_spec(replace(target.spec, launch=written.spec.launch))
     elif not body_rewritten:
         return source
     else:
-        kernel = next(k for k in find_kernels(source) if k.name == target.kernel.name)
+        kernel = _only_kernel(source, target.kernel.name)
+        if kernel is None:
+            return source
         start = end = kernel.start_byte
         comment = render_spec(target.spec) + "\n"
     return data[:start].decode("utf-8") + comment + data[end:].decode("utf-8")
 
 
-def _with_kernel(source: str, target: KernelTarget, text: str | None) -> str | None:
+def _with_kernel(source: str, name: str, text: str | None) -> str | None:
     """`source` with the kernel's definition replaced by `text`."""
-    found = [k for k in find_kernels(source) if k.name == target.kernel.name]
-    if len(found) != 1 or text is None:
+    kernel = _only_kernel(source, name)
+    if kernel is None or text is None:
         return None
     data = source.encode("utf-8")
-    return data[: found[0].start_byte].decode("utf-8") + text + data[found[0].end_byte :].decode("utf-8")
+    return data[: kernel.start_byte].decode("utf-8") + text + data[kernel.end_byte :].decode("utf-8")
 
 
 def _brought_back(source: str, target: KernelTarget, form: _PointerForm) -> str | None:
     """The rewrite's file with its kernel as a `__device__` function on pointers, called by the kernel."""
-    found = [k for k in find_kernels(source) if k.name == target.kernel.name]
-    if len(found) != 1:
+    kernel = _only_kernel(source, target.kernel.name)
+    if kernel is None:
         return None
-    kernel, data = found[0], source.encode("utf-8")
+    data = source.encode("utf-8")
     name = target.kernel.name
     head = data[kernel.start_byte : kernel.name_span.start_byte].decode("utf-8")
     rest = data[kernel.name_span.end_byte : kernel.end_byte].decode("utf-8")

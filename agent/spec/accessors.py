@@ -22,10 +22,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from cuda_agent.agent.kernels import Accessor, Kernel
-from cuda_agent.agent.parsing import walk
+from cuda_agent.agent.kernels import Accessor, Kernel, find_kernels, kernel_body
+from cuda_agent.agent.parsing import parse_cuda, walk
 from cuda_agent.agent.spec.model import KernelSpec
-from tree_sitter import Node
+from tree_sitter import Node, Tree
 
 _COMPARISONS = frozenset({"<", "<=", ">", ">="})
 _THREAD_WORDS = re.compile(r"\b(?:blockIdx|threadIdx)\b")
@@ -71,6 +71,23 @@ def flattened(kernel: Kernel, source: str, body: Node) -> Flattened | str:
         + data[body.end_byte :]
     )
     return Flattened(rewritten.decode("utf-8"), dims, added)
+
+
+def pointer_kernel(kernel: Kernel, source: str, tree: Tree | None = None) -> tuple[Flattened, Kernel] | str:
+    """The file read as a pointer kernel and that kernel in it (it starts where the accessor kernel does);
+    why not, where it cannot be."""
+    if kernel.has_errors:
+        return "the kernel has syntax errors"
+    body = kernel_body(kernel, tree or parse_cuda(source))
+    if body is None:
+        return "the kernel has no body"
+    flat = flattened(kernel, source, body)
+    if isinstance(flat, str):
+        return flat
+    found = next((k for k in find_kernels(flat.source) if k.start_byte == kernel.start_byte), None)
+    if found is None:  # the reading did not parse as a kernel: the accessors' uses are not followed
+        return "its accessors could not be read as pointers: write a spec"
+    return flat, found
 
 
 def to_accessors(spec: KernelSpec, kernel: Kernel, flat: Flattened) -> KernelSpec:

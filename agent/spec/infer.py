@@ -32,12 +32,13 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
-from cuda_agent.agent.kernels import Kernel, Parameter, find_kernels
+from cuda_agent.agent.kernels import Kernel, Parameter, find_kernels, kernel_body
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import Monomial, linear_form, parse_cuda, walk
-from cuda_agent.agent.spec.accessors import flattened, to_accessors
+from cuda_agent.agent.spec.accessors import pointer_kernel, to_accessors
 from cuda_agent.agent.spec.dtypes import (
     dtype_of_c_type,
     dtype_through_aliases,
@@ -131,17 +132,10 @@ def _through_accessors(
     headers: Sequence[bytes],
     path: Path | None,
 ) -> tuple[KernelSpec | None, str]:
-    if kernel.has_errors:
-        return None, "the kernel has syntax errors"
-    body = kernel_body(kernel, tree or parse_cuda(source))
-    if body is None:
-        return None, "the kernel has no body"
-    flat = flattened(kernel, source, body)
-    if isinstance(flat, str):
-        return None, flat
-    pointers = next((k for k in find_kernels(flat.source) if k.start_byte == kernel.start_byte), None)
-    if pointers is None:  # the reading did not parse as a kernel: the accessors' uses are not followed
-        return None, "its accessors could not be read as pointers: write a spec"
+    read = pointer_kernel(kernel, source, tree)
+    if isinstance(read, str):
+        return None, read
+    flat, pointers = read
     spec, note = infer_spec(pointers, flat.source, None, typedefs, headers, path)
     if spec is None:
         return None, f"{note} (read with its accessors as pointers)"
@@ -854,14 +848,6 @@ def instantiation(kernel: Kernel) -> tuple[str | None, dict[str, str]]:
     return f"{kernel.qualified_name}<{', '.join(arguments)}>", types
 
 
-def kernel_body(kernel: Kernel, tree: Tree) -> Node | None:
-    """The kernel's `{ ... }` in `tree`."""
-    node = tree.root_node.descendant_for_byte_range(kernel.body_span.start_byte, kernel.body_span.end_byte)
-    while node is not None and node.type != "compound_statement":
-        node = node.parent
-    return node
-
-
 # --- the body -------------------------------------------------------------------------------------------
 
 
@@ -1339,7 +1325,7 @@ class BodyAnalysis:
                 compared |= self._expanded(self._identifiers(other)) - self.global_indices
         return compared
 
-    @property
+    @cached_property
     def a_block_a_row(self) -> bool:
         """Whether blockIdx.y alone numbers the rows (`const int row = blockIdx.y;`): read, never scaled
         (`blockIdx.y * TILE`), and no threadIdx.y anywhere. Then a block covers one row: taller blocks

@@ -24,8 +24,8 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from cuda_agent.agent.kernels import Kernel, launch_calls
-from cuda_agent.agent.parsing import ancestors, parse_cuda
+from cuda_agent.agent.kernels import Kernel, kernel_body, launch_calls
+from cuda_agent.agent.parsing import ancestors, parse_cuda, walk
 from cuda_agent.agent.spec.dtypes import (
     dtype_of_c_type,
     dtype_through_aliases,
@@ -41,11 +41,9 @@ from cuda_agent.agent.spec.infer import (
     classify_parameters,
     instantiation,
     is_bool_pointer,
-    kernel_body,
     role_of,
     size_name_for,
     unwrapped,
-    walk,
 )
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec, SpecResolveError
 from cuda_agent.agent.spec.resolve import resolve
