@@ -322,6 +322,25 @@ def test_two_sizes_not_named_as_rows_and_columns_are_sized_the_same_way() -> Non
     assert shapes(spec) == {"x": ("total",), "scale": ("channels",), "y": ("total",)}
 
 
+TRANSPOSE_ANY_NAMES = """
+__global__ void transpose_naive(float *dst, const float *src, int dimA, int dimB)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < dimB && y < dimA) dst[x * dimA + y] = src[y * dimB + x];
+}
+"""
+
+
+def test_a_2d_kernel_over_two_sizes_of_any_name_gets_a_thread_per_element() -> None:
+    # Both sizes scale an index (a transpose), so neither is a row's length alone: sized by its reach.
+    spec = inferred(TRANSPOSE_ANY_NAMES)
+    assert spec.launch.grid == ("ceil_div(dimB, block.x)", "ceil_div(dimA, block.y)")
+    assert shapes(spec) == {"dst": ("dimA*dimB",), "src": ("dimA*dimB",)}
+    verify = spec.verify_sizes[0]
+    assert verify["dimA"] != verify["dimB"]  # a rewrite that swaps the two sizes does not pass
+
+
 # A 2-D kernel over rows a pitch apart, read from a shifted start: no two threads may store to one element.
 SHIFTED_ROWS = """
 __global__ void shifted_rows(const float* a, int pitch_a, float* out, int pitch_out, int width, int height,
@@ -382,6 +401,7 @@ def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(t
         + LAPLACE_3D
         + ROWS_OFFSET_APART
         + ROWS_THROUGH_A_HELPER
+        + TRANSPOSE_ANY_NAMES
     )
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in load_targets(path).targets:

@@ -203,7 +203,7 @@ def _inferred(
         layout = _layout_1d(size_of[int_scalars[0][0].name], analysis)
     elif len(int_scalars) == 2:
         layout = _layout_2d([parameter.name for parameter, _ in int_scalars], analysis)
-        if isinstance(layout, str) and not analysis.uses_y:  # (n, offset), (n, stride), (total, channels)
+        if isinstance(layout, str):  # (n, offset), (n, stride), (total, channels); (length, width)
             sizes = [p for p, _ in int_scalars]
             several = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
             layout = layout if isinstance(several, str) else several
