@@ -341,6 +341,25 @@ def test_a_2d_kernel_over_two_sizes_of_any_name_gets_a_thread_per_element() -> N
     assert verify["dimA"] != verify["dimB"]  # a rewrite that swaps the two sizes does not pass
 
 
+# The guarded index is the global one shifted by a size: the threads are the bound less the shift.
+SHIFTED_INDEX = """
+__global__ void shifted_add(const float* a, const float* b, float* c, const int n, int offset)
+{
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int k = i + offset;
+    if (k < n) c[i] = a[k] + b[k];
+}
+"""
+
+
+def test_an_index_shifted_by_a_size_is_bounded_by_the_size_less_the_shift() -> None:
+    spec = inferred(SHIFTED_INDEX)
+    assert spec.launch.grid == ("ceil_div(n - offset, block.x)",)
+    assert shapes(spec) == {"a": ("n",), "b": ("n",), "c": ("n - offset",)}
+    assert spec.sizes["n"] >= 1 << 20  # the shift does not take a share of the benchmark's threads
+    assert spec.verify_sizes[0]["offset"] > 0  # verified off the aligned start
+
+
 # A 2-D kernel over rows a pitch apart, read from a shifted start: no two threads may store to one element.
 SHIFTED_ROWS = """
 __global__ void shifted_rows(const float* a, int pitch_a, float* out, int pitch_out, int width, int height,
@@ -402,6 +421,7 @@ def test_the_originals_run_inside_their_buffers_and_rewrites_verify_on_the_gpu(t
         + ROWS_OFFSET_APART
         + ROWS_THROUGH_A_HELPER
         + TRANSPOSE_ANY_NAMES
+        + SHIFTED_INDEX
     )
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
         for target in load_targets(path).targets:

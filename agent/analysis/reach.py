@@ -206,7 +206,7 @@ class _Ranges:
         for loop in facts.loops:
             self.loops.setdefault(loop.variable, []).append(loop)
         self.bounds: dict[str, Form] = {}  # each global index's, once threads() found it
-        self.lows: dict[str, int] = {}  # a guard's lower bound on it (`i > 0` of a stencil): 1
+        self.lows: dict[str, Form] = {}  # a guard's lower bound on it (`i > 0` of a stencil): 1
         self.global_forms = dict(_G)
         self.loop_spans: dict[str, Span | str] = {}  # each counter's, once asked (every access reads them)
         self.block_only: set[str] = set()  # axes whose index is a block number alone
@@ -220,12 +220,17 @@ class _Ranges:
             if form is None or not bound.bound.atoms() <= self.sizes:
                 continue
             block_only = self._a_block_an_index(form, axis)
-            if _is_global(form, axis) or block_only:
+            shift = self._shift(form, axis)
+            if _is_global(form, axis) or block_only or shift is not None:
                 if block_only:
                     self.block_only.add(axis)
                 self.global_forms[axis], self.bounds[axis] = form, bound.bound
-                self.lows[axis] = _lower_bound(guard.others, bound.index, guard.early_return)
-                return bound.bound
+                low = _lower_bound(guard.others, bound.index, guard.early_return)
+                if shift is not None and shift.terms and low:
+                    continue  # `k = i + offset` also bounded below: two lower bounds, neither the least
+                self.lows[axis] = shift if shift is not None and shift.terms else Form.constant(low)
+                # the guarded index starts at the shift: the threads are the bound less it
+                return bound.bound - shift if shift is not None else bound.bound
             (atom,) = form.atoms() if len(form.atoms()) == 1 else ("",)
             op, numerator, denominator = self.atoms.operations.get(atom, ("", Form(), Form()))
             whole = form == Form.atom(atom) and op == "/" and _is_global(numerator, axis)
@@ -240,6 +245,18 @@ class _Ranges:
                 return loop.bound
         along = "" if axis == "x" else f" along {axis}"
         return f"no bound on the global index{along} (an `if (i < n)` guard or a grid-stride loop over n)"
+
+    def _shift(self, form: Form, axis: str) -> Form | None:
+        """`k = i + offset` checked `k < n` (i the global index, offset of sizes): the offset, the
+        guarded index's least value; None when the form is not the global index plus sizes."""
+        thread = Form.atom(f"threadIdx.{axis}")
+        step = (form - thread).coefficient(f"blockIdx.{axis}")
+        if step is None or (step != Form.atom(f"blockDim.{axis}") and (step.value() or 0) <= 0):
+            return None
+        rest = form - thread - step * Form.atom(f"blockIdx.{axis}")
+        if not rest.atoms() <= self.sizes or not _never_negative(rest):
+            return None
+        return rest
 
     def _a_block_an_index(self, form: Form, axis: str) -> bool:
         """`blockIdx.y` alone (also z) where no access, bound or loop reads threadIdx along that axis: a
@@ -336,7 +353,7 @@ class _Ranges:
     def _atom(self, atom: str) -> Span | str:
         axis = next((a for a, name in GLOBAL.items() if name == atom), None)
         if axis is not None:
-            return Span(Form.constant(self.lows.get(axis, 0)), self.bounds[axis] - Form.constant(1))
+            return Span(self.lows.get(axis, Form()), self.bounds[axis] - Form.constant(1))
         if atom in self.sizes:
             return Span(Form.atom(atom), Form.atom(atom))
         if atom in _NEVER_NEGATIVE_BUILTINS:

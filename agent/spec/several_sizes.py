@@ -105,8 +105,9 @@ def several_sizes(
     total = found.threads[0]
     for more in found.threads[1:]:
         total = total * more
-    bench_start = _start(counted, names, BENCH_THREADS, (BENCH_SIZE,), power_of_two=True)
-    verify_start = _start(counted, names, VERIFY_THREADS, VERIFY_SIZES, power_of_two=False)
+    leading = {atom for bound in found.threads for atom in _leading_atoms(bound)}
+    bench_start = _start(leading, names, BENCH_THREADS, (BENCH_SIZE,), power_of_two=True)
+    verify_start = _start(leading, names, VERIFY_THREADS, VERIFY_SIZES, power_of_two=False)
     # a size that scales the index in a store is a pitch whatever its name (`b * offset`): fitted, not 0
     pitches = {atom for form in found.separations for atom in form.atoms()} - counted
     for name in names - pitches:
@@ -195,6 +196,14 @@ def _one_store_a_thread(
         outer, inner, count = (cy, cx, threads[0]) if outer_y else (cx, cy, threads[1])
         kept.append(outer - inner * count + Form.constant(1))
     return kept
+
+
+def _leading_atoms(form: Form) -> set[str]:
+    """The sizes of the form's positive terms of the highest degree: those that share the threads
+    (`n - offset`: n alone; `batch * spatial`: both)."""
+    positive = [monomial for monomial, coefficient in form.terms.items() if coefficient > 0]
+    degree = max((len(monomial) for monomial in positive), default=0)
+    return {atom for monomial in positive if len(monomial) == degree for atom in monomial}
 
 
 def _start(
