@@ -115,6 +115,15 @@ def test_bounds_are_normalised_to_an_exclusive_limit(condition: str, early: bool
     assert limit.index == "r" and limit.bound.text() == bound
 
 
+@pytest.mark.parametrize(
+    ("after", "a_check"),
+    [("__syncthreads();", True), ("return;", True), ("__syncthreads(); return;", True), ("out[r] = 0;", False)],
+)
+def test_only_statements_without_effect_may_follow_the_bounds_check(after: str, a_check: bool) -> None:
+    facts = facts_of(f"int r = blockIdx.x * blockDim.x + threadIdx.x;\nif (r < rows) {{ y[r] = x[r]; }}\n{after}")
+    assert (facts.guard is not None) == a_check
+
+
 def test_a_bound_through_a_local_and_other_conjuncts() -> None:
     facts = facts_of("int i = blockIdx.y * blockDim.y + threadIdx.y;\n"
                      "int j = blockIdx.x * blockDim.x + threadIdx.x; int n = rows * 2;\n"

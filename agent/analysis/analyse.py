@@ -353,6 +353,8 @@ class _Walker:
         """The first top-level if that bounds the thread indices; evaluated after the declarations above
         it (a pre-pass over them, so the bound forms use their values)."""
         statements = [s for s in self.tree.body.named_children if s.type != "comment"]
+        while statements and _no_effect(statements[-1]):  # `__syncthreads();` after the if: still last
+            statements.pop()
         probe = Values(self.atoms, self.values.definitions, self.values.pointers, fixed=self.values.fixed)
         for position, statement in enumerate(statements):
             if statement.type == "declaration":
@@ -392,6 +394,19 @@ class _Walker:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
+
+
+def _no_effect(statement: Node) -> bool:
+    """A statement that leaves memory as it is: a barrier, a bare `return;`, an empty `;`."""
+    if statement.type == "return_statement":
+        return not statement.named_children
+    if statement.type != "expression_statement":
+        return False
+    if not statement.named_children:
+        return True
+    call = statement.named_children[0]
+    function = call.child_by_field_name("function") if call.type == "call_expression" else None
+    return function is not None and text(function) in ("__syncthreads", "__syncwarp", "__threadfence")
 
 
 def assigned_names(body: Node) -> set[str]:
