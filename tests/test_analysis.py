@@ -117,10 +117,16 @@ def test_bounds_are_normalised_to_an_exclusive_limit(condition: str, early: bool
 
 @pytest.mark.parametrize(
     ("after", "a_check"),
-    [("__syncthreads();", True), ("return;", True), ("__syncthreads(); return;", True), ("out[r] = 0;", False)],
+    [
+        ("__syncthreads();", True),
+        ("return;", True),
+        ("__syncthreads(); return;", True),
+        ("out[r] = 0;", False),
+    ],
 )
 def test_only_statements_without_effect_may_follow_the_bounds_check(after: str, a_check: bool) -> None:
-    facts = facts_of(f"int r = blockIdx.x * blockDim.x + threadIdx.x;\nif (r < rows) {{ y[r] = x[r]; }}\n{after}")
+    index = "int r = blockIdx.x * blockDim.x + threadIdx.x;"
+    facts = facts_of(f"{index}\nif (r < rows) {{ y[r] = x[r]; }}\n{after}")
     assert (facts.guard is not None) == a_check
 
 
