@@ -30,7 +30,7 @@ PROPOSER = "rewrite:swap-axes"
 _BUILTINS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
 _SWAPPED = {"x": "y", "y": "x"}
 # What makes a warp's threads depend on each other: their grouping must not change.
-_WARP_WORK = re.compile(
+WARP_WORK = re.compile(
     r"\b(__shfl\w*|__ballot\w*|__any\w*|__all\w*|__activemask|__syncwarp|__match\w*|__reduce_\w+_sync"
     r"|warpSize|cooperative_groups|tiled_partition|coalesced_threads|thread_block_tile|__syncthreads_\w+)\b"
 )
@@ -42,7 +42,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
     if found is None or spec is None or len(spec.launch.block) < 2 or len(spec.launch.grid) < 2:
         return []
     tree, facts = found
-    if _WARP_WORK.search(tree.text(tree.body)) or not _strided_along_x(facts):
+    if WARP_WORK.search(tree.text(tree.body)) or not _strided_along_x(facts):
         return []
     block = _block_after(facts, spec.launch.block)
     if block is None:

@@ -175,9 +175,10 @@ def _thread_position(loop: Loop, facts: KernelFacts) -> str:
     atoms = position.atoms()
     if position == Form.atom("threadIdx.x") and step == Form.atom("blockDim.x"):
         return "threadIdx.x"
-    global_x = Form.atom("blockIdx.x") * Form.atom("blockDim.x") + Form.atom("threadIdx.x")
-    if position == global_x and step == Form.atom("blockDim.x") * Form.atom("gridDim.x"):
-        return "(blockIdx.x * blockDim.x + threadIdx.x)"
+    for axis in "xyz":  # the blocks along an axis sharing the range (a grid-stride loop; a row's parts)
+        blocks = Form.atom(f"blockIdx.{axis}") * Form.atom("blockDim.x") + Form.atom("threadIdx.x")
+        if position == blocks and step == Form.atom("blockDim.x") * Form.atom(f"gridDim.{axis}"):
+            return f"(blockIdx.{axis} * blockDim.x + threadIdx.x)"
     if len(atoms) == 1 and len(position.terms) == 1 and position.terms.get(tuple(atoms)) == 1:
         (atom,) = atoms
         if atom == f"⟨(threadIdx.x) % ({step.text()})⟩" and step.value() is not None:

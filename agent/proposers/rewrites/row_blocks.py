@@ -1,0 +1,173 @@
+"""A block per row whose threads stride over the row -> several blocks per row, a 2-D grid.
+
+LLM serving code and layer kernels give each row (a token, a channel) one block and let its threads
+stride over the row's elements (`for (int i = threadIdx.x; i < d; i += blockDim.x)`). Where the
+iterations are independent (no reduction, nothing shared between threads), the row's elements need not
+all come from one block: a row of 11008 elements is 43 steps of a 256-thread block, the last step a
+fraction, and a batch of a few rows keeps a few SMs busy. Here blocks along y share the row: block
+(row, part) starts at part's share of the elements and steps over all of the row's blocks, so every
+element is still computed once, by the user's statements, and the grid is rows × parts.
+
+Driven by the analysis: the block and the grid are 1-D; one top-level loop starts at `threadIdx.x` and
+steps by `blockDim.x` (in any spelling the analysis propagates: `tid`, `stride`), its iterations
+independent with no reduction; every store is inside that loop and nothing follows it; the kernel uses
+no shared memory, barriers or warp-level operations and does not read gridDim. The number of parts is
+the row's length over a block's elements times a few (a thread then takes a few elements, or one vector
+of them once `rewrite:vector-loop` widens the loop: the search chains them).
+"""
+
+from __future__ import annotations
+
+import re
+
+from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis.facts import Loop
+from cuda_agent.agent.analysis.forms import Form
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
+from cuda_agent.agent.proposers.rewrites.swap_axes import WARP_WORK
+from cuda_agent.agent.proposers.tree import KernelTree, apply_to_body, build_candidate, statements, walk
+from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.targets import KernelTarget
+from tree_sitter import Node
+
+PROPOSER = "rewrite:row-blocks"
+ELEMENTS_A_THREAD = (8, 32)  # a part's elements per thread: one 16-byte vector of halves; a few steps
+_SHARED_WORK = re.compile(r"\b(gridDim|__syncthreads\w*)\b")  # besides a warp's (swap_axes)
+
+
+def propose(target: KernelTarget) -> list[Candidate]:
+    found = analysed(target)
+    spec = target.spec
+    if found is None or spec is None or len(spec.launch.block) != 1 or len(spec.launch.grid) != 1:
+        return []
+    tree, facts = found
+    loop = _row_loop(tree, facts)
+    if loop is None:
+        return []
+    try:
+        _, length = bound_terms(tree, loop.bound)
+    except NotInSizes:
+        return []
+    edits = _edits(tree, loop)
+    if edits is None:
+        return []
+    body = apply_to_body(tree, edits)
+    candidates = []
+    for elements in ELEMENTS_A_THREAD:
+        parts = f"ceil_div({as_factor(length)}, block.x * {elements})"
+        launch = LaunchSpec(
+            block=spec.launch.block, grid=(spec.launch.grid[0], parts), shared_bytes=spec.launch.shared_bytes
+        )
+        description = (
+            f"the row's loop {loop.variable} shared by several blocks along y ({elements} elements a "
+            "thread), not one block a row"
+        )
+        candidates.append(
+            build_candidate(tree, body=body, launch=launch, description=description, proposer=PROPOSER)
+        )
+    return candidates
+
+
+def _row_loop(tree: KernelTree, facts: KernelFacts) -> Loop | None:
+    """The top-level block-stride loop every store is in, if the kernel is otherwise as described."""
+    if facts.uses_shared or facts.barriers or facts.unmodelled or _working_together(tree):
+        return None
+    top = [loop for loop in facts.loops if loop.depth == 0]
+    if len(top) != 1:
+        return None
+    (loop,) = top
+    if loop.start != Form.atom("threadIdx.x") or loop.step != Form.atom("blockDim.x"):
+        return None
+    if not loop.independent or loop.reductions or loop.carried:
+        return None
+    if loop.bound.atoms() & {"threadIdx.x", "blockIdx.x", "blockDim.x"}:
+        return None
+    inside = facts.accesses_in(loop)
+    if any(access.write and access not in inside for access in facts.accesses):
+        return None
+    holder = loop.node.parent
+    if holder is None or holder.type != "compound_statement" or statements(holder)[-1] != loop.node:
+        return None  # something after the loop would run once a part, not once a row
+    if _thread_read_outside(tree, loop):
+        return None
+    return loop
+
+
+def _working_together(tree: KernelTree) -> bool:
+    """Threads of a warp or a block exchanging values, or code reading the grid's extent."""
+    body = tree.text(tree.body)
+    return WARP_WORK.search(body) is not None or _SHARED_WORK.search(body) is not None
+
+
+def _thread_read_outside(tree: KernelTree, loop: Loop) -> bool:
+    """Whether threadIdx is read anywhere but the loop's initializer (directly, or through a local only
+    the initializer reads: `int tid = threadIdx.x;`): there a part's threads are the row's as before;
+    anywhere else a thread would do once a part what it did once a row."""
+    initializer = loop.node.child_by_field_name("initializer")
+
+    def in_initializer(node: Node) -> bool:
+        return initializer is not None and initializer.start_byte <= node.start_byte < initializer.end_byte
+
+    for node in walk(tree.body):
+        if node.type != "field_expression" or not tree.text(node).replace(" ", "").startswith("threadIdx."):
+            continue
+        if in_initializer(node):
+            continue
+        declarator = node.parent
+        if declarator is None or declarator.type != "init_declarator":
+            return True
+        name = tree.text(declarator.child_by_field_name("declarator"))
+        uses = [n for n in walk(tree.body) if n.type == "identifier" and tree.text(n) == name]
+        if not all(in_initializer(use) or use.parent == declarator for use in uses):
+            return True
+    return False
+
+
+def _edits(tree: KernelTree, loop: Loop) -> list[tuple[int, int, str]] | None:
+    """The initializer's value moved by the part's share, the step made the row's blocks' together."""
+    initializer = loop.node.child_by_field_name("initializer")
+    update = loop.node.child_by_field_name("update")
+    value = _initial_value(initializer, loop.variable, tree)
+    step = _step(update, loop.variable, tree)
+    if value is None or step is None:
+        return None
+    return [
+        (value.start_byte, value.end_byte, f"blockIdx.y * blockDim.x + {as_factor(tree.text(value))}"),
+        (step.start_byte, step.end_byte, f"{as_factor(tree.text(step))} * gridDim.y"),
+    ]
+
+
+def _initial_value(initializer: Node | None, variable: str, tree: KernelTree) -> Node | None:
+    """`threadIdx.x` of `int i = threadIdx.x` or `i = threadIdx.x`."""
+    if initializer is None:
+        return None
+    for node in walk(initializer):
+        if node.type == "init_declarator" and tree.text(node.child_by_field_name("declarator")) == variable:
+            return node.child_by_field_name("value")
+        if node.type == "assignment_expression" and tree.text(node.child_by_field_name("left")) == variable:
+            operator = node.child_by_field_name("operator")
+            return (
+                node.child_by_field_name("right")
+                if operator is not None and tree.text(operator) == "="
+                else None
+            )
+    return None
+
+
+def _step(update: Node | None, variable: str, tree: KernelTree) -> Node | None:
+    """`blockDim.x` of `i += blockDim.x` or `i = i + blockDim.x`."""
+    if update is None or update.type != "assignment_expression":
+        return None
+    left, right = update.child_by_field_name("left"), update.child_by_field_name("right")
+    operator = update.child_by_field_name("operator")
+    if left is None or right is None or operator is None or tree.text(left) != variable:
+        return None
+    if tree.text(operator) == "+=":
+        return right
+    if tree.text(operator) == "=" and right.type == "binary_expression":
+        first, second = right.child_by_field_name("left"), right.child_by_field_name("right")
+        plus = right.child_by_field_name("operator")
+        if plus is not None and tree.text(plus) == "+" and first is not None and tree.text(first) == variable:
+            return second
+    return None
