@@ -122,12 +122,79 @@ def test_not_offered_for_a_thread_walking_its_own_row() -> None:
     assert vector_loop.propose(kernel("y[r * cols + c] = x[r * cols + c];", "int c = 0; c < cols; ++c")) == []
 
 
+# An embedding's backward pass: a block per token adds its gradient row into the table row its id names.
+EMBEDDING_BACKWARD = """
+/* cuda-agent
+[sizes]
+tokens = 32768
+dim = 1024
+vocab = 2048
+[args]
+dtable = { role = "inout", dtype = "float32", shape = ["vocab", "dim"] }
+dout = { role = "input", dtype = "float32", shape = ["tokens", "dim"] }
+ids = { role = "input", dtype = "int32", shape = ["tokens"], init = { dist = "integers", high = "vocab" } }
+dim = { role = "scalar", dtype = "int32", value = "dim" }
+[launch]
+block = [256]
+grid = ["tokens"]
+[verify]
+sizes = [{ tokens = 301, dim = 77, vocab = 13 }]
+reduction = "2 * tokens // vocab + 8"
+*/
+__global__ void embedding_backward(float* dtable, const float* dout, const int* ids, int dim)
+{
+    const float* g = dout + (size_t)blockIdx.x * dim;
+    float* row = dtable + (size_t)ids[blockIdx.x] * dim;
+    for (int d = threadIdx.x; d < dim; d += blockDim.x)
+        atomicAdd(&row[d], g[d]);
+}
+"""
+
+
+def embedding_backward(old: str = "", new: str = "") -> KernelTarget:
+    (target,) = load_targets(Path("embedding.cu"), EMBEDDING_BACKWARD.replace(old, new)).targets
+    return target
+
+
+@needs_compiler
+def test_atomic_adds_along_the_loop_become_one_16_byte_atomic_a_step() -> None:
+    target = embedding_backward()
+    (candidate,) = vector_loop.propose(target)
+    body = compiled(target, candidate)
+    assert "alignas(16) float row_v[4] = {};" in body  # the step's sums, from zero
+    assert "row_v[e] += g_v[e];" in body
+    assert "atomicAdd(reinterpret_cast<float4*>(&row[d0]), *reinterpret_cast<const float4*>(row_v));" in body
+    assert "atomicAdd(&row[d], g[d]);" in body  # the ends, as written
+    # before sm_90 there are no 16-byte atomics: one an element, from the registers
+    older = compile_kernel(device_source(candidate.source), target.kernel.name, arch="sm_80")
+    assert older.ok, [d.message for d in older.diagnostics]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (
+            "float* dtable, const float* dout",
+            "double* dtable, const double* dout",
+            "no 16-byte double atomic",
+        ),
+        ("const float* g = dout", "const double* g = (const double*)dout", "elements of two sizes"),
+        ("atomicAdd(&row[d], g[d]);", "if (atomicAdd(&row[d], g[d]) > 0) row[d] = 0;", "the old value read"),
+        ("atomicAdd(&row[d], g[d]);", "{ atomicAdd(&row[d], g[d]); row[d] *= 2; }", "also stored plainly"),
+        ("atomicAdd(&row[d], g[d]);", "atomicMax((int*)&row[d], 1);", "another atomic"),
+    ],
+)
+def test_atomics_are_not_widened_unless_they_are_float_adds_alone(old: str, new: str, why: str) -> None:
+    assert old in EMBEDDING_BACKWARD
+    assert vector_loop.propose(embedding_backward(old, new)) == [], why
+
+
 @pytest.mark.gpu
 def test_vector_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
 
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
-        for target in (outside("gelu_fp16"), outside("silu_mul_bf16")):
+        for target in (outside("gelu_fp16"), outside("silu_mul_bf16"), embedding_backward()):
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, vector_loop.propose(target))

@@ -435,6 +435,12 @@ def test_a_gemv_summing_with_fmaf_is_split() -> None:
     float* p = (i % 2) ? y : y + 1;
     if (i < M) { float s = 0; for (int j = 0; j < N; ++j) { s += A[i * N + j]; p[j] += 1.0f; } y[i] = s; }
 }""",
+        # an atomic whose old value is read: each lane would read its own
+        """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M) { for (int j = 0; j < N; ++j) { float old = atomicAdd(&y[i], A[i * N + j]);
+        if (old > 1e3f) y[i] = 0.0f; } }
+}""",
         # the thread index read in the body: lanes would differ where the original threads agreed
         """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -444,6 +450,23 @@ def test_a_gemv_summing_with_fmaf_is_split() -> None:
 )  # fmt: skip
 def test_not_offered_where_results_could_change_or_nothing_coalesces(kernel: str) -> None:
     assert propose(_target(GEMV + kernel, "gemv")) == []
+
+
+@needs_compiler
+def test_atomic_adds_in_a_rows_loop_are_split_like_its_stores() -> None:
+    """The scatter-add of gradient rows, read as a thread a row: each iteration's add, done by the lane
+    that takes the iteration, still happens once (the adds' order changes, as the original's threads'
+    did)."""
+    from cuda_agent.agent.optimize import PROPOSERS
+
+    path = ROOT / "bench" / "kernels" / "outside" / "scatter_add.cu"
+    (target,) = load_targets(path).targets
+    (by_row,) = PROPOSERS["rewrite:row-loop"](target)
+    rows = load_targets(path, by_row.source).find("scatter_add_rows")
+    assert rows is not None
+    body = body_of(check(rows)[0], "scatter_add_rows")
+    assert "for (int c = lane; c < D; c += 32)" in body
+    assert "atomicAdd(&dtable[row * D + c], dout[idx]);" in body
 
 
 ONLINE_SOFTMAX = (

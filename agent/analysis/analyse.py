@@ -41,6 +41,7 @@ ELEMENT_BYTES = {
 _ATOMICS = frozenset({"atomicAdd", "atomicSub", "atomicMax", "atomicMin", "atomicExch", "atomicCAS"})
 _ATOMICS |= {"atomicAnd", "atomicOr", "atomicXor", "atomicInc", "atomicDec"}
 _LOOPS = frozenset({"for_statement", "while_statement", "do_statement", "for_range_loop"})
+_QUALIFIERS = frozenset({"const", "volatile", "__restrict__", "__restrict", "restrict"})
 
 
 # Every rewrite asks for the same kernel's facts in turn: parse and analyse the file once for all of them.
@@ -207,7 +208,7 @@ class _Walker:
             if is_pointer:
                 place = self.values.place(value)
                 self._effects(value)
-                if place is not None and name not in self.mutable:
+                if place is not None and name not in self.mutable and self._same_elements(node, place.base):
                     self.values.bindings[name] = place
                 continue
             form = self._effects(value)
@@ -219,6 +220,17 @@ class _Walker:
                     self.indices.append(ThreadIndex(name, form, _axis(form), node, direct))
             elif name not in self.mutable:
                 self.values.bindings[name] = form  # a loop-local value: its own iteration's
+
+    def _same_elements(self, declaration: Node, base: str) -> bool:
+        """Whether a pointer local's elements are its parameter's (`const float* row = x + r * n;`), not
+        others read through a cast (`const double* g = (const double*)x;`: 8-byte elements of x)."""
+        type_node = declaration.child_by_field_name("type")
+        declared = " ".join(w for w in text(type_node).split() if w not in _QUALIFIERS) if type_node else ""
+        parameter = self.tree.parameter(base)
+        if parameter is None or declared in ("", "auto") or declared == parameter.type:
+            return True
+        size = ELEMENT_BYTES.get(declared)
+        return size is not None and size == self.bytes.get(base)
 
     def _for(self, node: Node) -> None:
         header = _counted(node, self.values)
@@ -306,6 +318,10 @@ class _Walker:
                 for arg in args[1:]:
                     self._effects(arg)
                 return self.atoms.opaque(text(node), (), memory=True)
+        for inner in _nodes(node):  # an atomic inside an expression (`if (atomicAdd(&n, 1) == 0)`) stores
+            function = inner.child_by_field_name("function") if inner.type == "call_expression" else None
+            if inner != node and function is not None and text(function) in _ATOMICS:
+                self._effects(inner)
         return self.values.form(node)
 
     def _store(self, target: Node, compound: bool) -> None:

@@ -56,6 +56,8 @@ class _Stream:
     # what else the vector step must check: the array is touched only under a bound of its own index
     # (`i < n ? x[i] : 0` in a loop to 256), so the whole vector must be within that bound
     bounds: tuple[str, ...] = ()
+    # updated only by `atomicAdd(&p[i], v);`: the values summed in registers, then one 16-byte atomic
+    added: bool = False
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -108,7 +110,12 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
     if width < 2:
         raise _Unsupported("elements as wide as a vector")
     for access in accesses:
-        if access.stride(loop.variable) != Form.constant(1) or access.node.type != "subscript_expression":
+        if access.node.type == "call_expression" and _added_to(tree, access.node) is None:
+            raise _Unsupported(f"{access.array} is updated otherwise than by a float atomicAdd statement")
+        if access.stride(loop.variable) != Form.constant(1) or access.node.type not in (
+            "subscript_expression",
+            "call_expression",
+        ):
             raise _Unsupported(f"{access.array} is not read at base + {loop.variable}")
         if _cast(access.node):  # `((int4*)input)[i]`: its elements are not the parameter's
             raise _Unsupported(f"{access.array} is read through a pointer cast")
@@ -202,6 +209,11 @@ def _streams(
         if parameter is None:
             raise _Unsupported("an array that is not a parameter")
         node = group[0].node
+        added = [_added_to(tree, a.node) for a in group if a.node.type == "call_expression"]
+        if added and len(added) != len(group):
+            raise _Unsupported(f"{group[0].array} is added to atomically and also read or stored")
+        if added:
+            node = added[0][0]
         array, index = node.child_by_field_name("argument"), node.child_by_field_name("indices")
         assert array is not None and index is not None
         place = f"&{tree.text(array)}[{_at_first(tree, loop, index.named_children[0], first)}]"
@@ -211,6 +223,11 @@ def _streams(
         bounds = _vector_bounds(tree, loop, group, index.named_children[0], first, width)
         (name,) = fresh_names(taken, f"{_stem(tree.text(array))}_v")
         nodes = tuple(a.node for a in group)
+        if added:
+            if ELEMENT_BYTES.get(parameter.type) != 4 or parameter.type not in ("float", "float32_t"):
+                raise _Unsupported("an atomic add to elements other than float")
+            streams.append(_Stream(name, parameter.type, place, False, False, nodes, bounds, added=True))
+            continue
         streams.append(_Stream(name, parameter.type, place, loaded, stored, nodes, bounds))
     return streams
 
@@ -359,7 +376,8 @@ def _edits(
         f"{unit}if ({first} + {width} <= {bound}{within} && (({aligned}) & {VECTOR_BYTES - 1}) == 0) {{",
     ]
     for stream in streams:
-        lines.append(f"{unit}{unit}alignas({VECTOR_BYTES}) {stream.type} {stream.name}[{width}];")
+        zeros = " = {}" if stream.added else ""  # the sums of this step's adds, none yet
+        lines.append(f"{unit}{unit}alignas({VECTOR_BYTES}) {stream.type} {stream.name}[{width}]{zeros};")
         if stream.loaded:
             load = f"*reinterpret_cast<const uint4*>({stream.place})"
             lines.append(f"{unit}{unit}*reinterpret_cast<uint4*>({stream.name}) = {load};")
@@ -374,6 +392,16 @@ def _edits(
         if stream.stored:
             store = f"*reinterpret_cast<const uint4*>({stream.name})"
             lines.append(f"{unit}{unit}*reinterpret_cast<uint4*>({stream.place}) = {store};")
+        if stream.added:  # 16-byte float atomics are sm_90's; before it, one atomic an element as before
+            lines += [
+                "#if __CUDA_ARCH__ >= 900",
+                f"{unit}{unit}atomicAdd(reinterpret_cast<float4*>({stream.place}), "
+                f"*reinterpret_cast<const float4*>({stream.name}));",
+                "#else",
+                f"{unit}{unit}for (int {element} = 0; {element} < {width}; ++{element}) "
+                f"atomicAdd(({stream.place}) + {element}, {stream.name}[{element}]);",
+                "#endif",
+            ]
     lines += [
         f"{unit}}} else {{",
         f"{unit}{unit}// the last elements, or pointers not aligned for vectors: the loop as it was",
@@ -384,6 +412,27 @@ def _edits(
     ]
     text_out = ("\n" + indent).join(lines)
     return [(loop.node.start_byte, loop.node.end_byte, text_out)]
+
+
+def _added_to(tree: KernelTree, call: Node) -> tuple[Node, Node] | None:
+    """(the element, the value) of `atomicAdd(&p[i], v);`, a statement of its own; None otherwise."""
+    function = call.child_by_field_name("function")
+    arguments = call.child_by_field_name("arguments")
+    if function is None or arguments is None or tree.text(function) != "atomicAdd":
+        return None
+    if (
+        call.parent is None
+        or call.parent.type != "expression_statement"
+        or len(arguments.named_children) != 2
+    ):
+        return None
+    address, value = arguments.named_children
+    address = unwrap(address)
+    operator = address.child_by_field_name("operator") if address.type == "pointer_expression" else None
+    element = address.child_by_field_name("argument") if operator is not None else None
+    if operator is None or operator.type != "&" or element is None or element.type != "subscript_expression":
+        return None
+    return element, value
 
 
 def _uses(lines: list[str], name: str) -> bool:
@@ -406,6 +455,10 @@ def _body_text(tree: KernelTree, loop: Loop, streams: list[_Stream], element: st
     base = None
 
     def registered(node: Node) -> str | None:
+        if node.type == "call_expression" and (added := _added_to(tree, node)) is not None:
+            register = replacements.get((node.start_byte, node.end_byte))
+            if register is not None:
+                return f"{register} += {tree.substituted(added[1], registered)}"
         return (
             replacements.get((node.start_byte, node.end_byte))
             if node.type == "subscript_expression"

@@ -132,8 +132,10 @@ def propose(target: KernelTarget) -> list[Candidate]:
 def _rewrite(
     tree: KernelTree, facts: KernelFacts, width: int
 ) -> tuple[str, list[_Owner], set[int], list[Loop], tuple[str, ...]]:
-    if facts.uses_shared or facts.barriers or facts.atomics or facts.guard is None:
-        raise _Unsupported("shared memory, barriers, atomics or no bounds check")
+    if facts.uses_shared or facts.barriers or facts.guard is None:
+        raise _Unsupported("shared memory, barriers or no bounds check")
+    if facts.atomics and not _atomics_are_updates(tree):
+        raise _Unsupported("an atomic whose old value is read")
     if facts.thread_uses or facts.unmodelled:
         raise _Unsupported("thread builtins read outside the index declarations")
     owners, batch = _owners(tree, facts)
@@ -179,6 +181,19 @@ def _rewrite(
     edits += _lane_zero_stores(tree, facts, distributed, names["lane"])
     split = [strided_loops[loop.node.start_byte] for loop in distributed]
     return apply_to_body(tree, edits), owners, batch, split, tuple(sorted(assumptions))
+
+
+def _atomics_are_updates(tree: KernelTree) -> bool:
+    """Whether every atomic is a statement of its own (`atomicAdd(&dw[row * D + c], g);`): an update
+    the lane running it does once, in a split loop's iteration or, outside one, on lane 0 (its stores
+    are lane 0's). An old value read back (`int slot = atomicAdd(&count, 1);`) would be each lane's."""
+    for node in walk(tree.body):
+        function = node.child_by_field_name("function") if node.type == "call_expression" else None
+        if function is None or not tree.text(function).split("::")[-1].startswith("atomic"):
+            continue
+        if node.parent is None or node.parent.type != "expression_statement":
+            return False
+    return True
 
 
 def _owners(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Owner], set[int]]:
