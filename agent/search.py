@@ -31,6 +31,7 @@ from cuda_agent.agent.proposers.rewrites import (
     look_back,
     max_then_sum,
     promote,
+    row_blocks,
     row_loop,
     row_stage,
     shared_loop,
@@ -62,6 +63,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     block_to_loop.PROPOSER: (warp_per_output.PROPOSER,),
     # a row's loop where a thread an element was: split across lanes again, the row's own work done once
     row_loop.PROPOSER: (warp_per_output.PROPOSER,),
+    # a row shared by several blocks: a thread then takes one 16-byte vector of it, or a few
+    row_blocks.PROPOSER: (vector_loop.PROPOSER,),
     # two passes made one leave a plain reduction, to split across lanes like any other
     fuse_passes.PROPOSER: (warp_per_output.PROPOSER, y_split.PROPOSER),
     # an online softmax's pair as two plain reductions: split across lanes like the classic form
@@ -90,6 +93,7 @@ CHAINED = (
     block_coarsen.PROPOSER,
     block_to_loop.PROPOSER,
     row_loop.PROPOSER,
+    row_blocks.PROPOSER,
     look_back.PROPOSER,
 )
 # Rewrites whose kernels are written for their own block (the tiled GEMMs: 256 threads, each loading its

@@ -117,10 +117,10 @@ __global__ void bias_gelu(const float* x, const float* bias, float* y, int width
 
 def chain(target: KernelTarget) -> tuple[Candidate, list[Candidate], list[Candidate]]:
     """The row loop, the warp splits of it and the vector loads of the first two; all compile cleanly."""
-    (rows,) = row_loop.propose(target)
+    rows, grouped = row_loop.propose(target)
     warps = chained(target, rows, warp_per_output.PROPOSER)
     vectors = [v for w in warps[:2] for v in chained(target, w, vector_loop.PROPOSER)]
-    for candidate in (rows, *warps, *vectors):
+    for candidate in (rows, grouped, *warps, *vectors):
         result = compile_kernel(device_source(candidate.source), target.kernel.name, flags=candidate.flags)
         assert result.ok, [d.message for d in result.diagnostics]
     return rows, warps, vectors
@@ -222,7 +222,7 @@ __global__ void scale_rows(const T* __restrict__ x, const T* __restrict__ gain, 
 @needs_compiler
 def test_a_template_is_analysed_as_its_spec_instantiates_it() -> None:
     target = _target(TEMPLATED, "scale_rows")
-    (rows,) = row_loop.propose(target)
+    rows, _ = row_loop.propose(target)
     body = body_of(rows, "scale_rows")
     assert "for (long long c = 0; c < D; ++c) {" in body  # the template's own D, 256 for the analysis
     assert rows.launch is not None and rows.launch.grid == ("ceil_div(rows, block.x)",)
@@ -233,6 +233,22 @@ def test_a_template_is_analysed_as_its_spec_instantiates_it() -> None:
     for candidate in (rows, warps[0], vectors[0]):
         result = compile_kernel(device_source(candidate.source), "scale_rows<256, __half>")
         assert result.ok, [d.message for d in result.diagnostics]
+
+
+@needs_compiler
+def test_two_neighbouring_columns_a_thread_share_a_pooling_windows_row() -> None:
+    """3x3/2 max pooling: a thread for each 2 neighbouring outputs of a row, the row's own indices taken
+    apart once; the grid counts the pairs, an odd row's last thread takes one column."""
+    target = outside("maxpool2d")
+    _, grouped = row_loop.propose(target)
+    body = body_of(grouped, "maxpool2d")
+    assert "int row = row_2s / (((OW) + 1) / 2);" in body
+    assert "int ow0 = row_2s % (((OW) + 1) / 2) * 2;" in body
+    assert "for (int ow = ow0; ow < ow0 + 2 && ow < OW; ++ow) {" in body
+    assert grouped.launch is not None
+    assert grouped.launch.grid == ("ceil_div(C * N * OH * ceil_div(OW, 2), block.x)",)
+    result = compile_kernel(device_source(grouped.source), "maxpool2d")
+    assert result.ok, [d.message for d in result.diagnostics]
 
 
 @pytest.mark.parametrize(
@@ -287,3 +303,10 @@ def test_row_loops_split_across_lanes_verify_and_beat_the_originals_on_the_gpu()
             seen = shown(baseline.target, results)
             assert results and all(r.verified for r in results), seen
             assert max(r.speedup or 0 for r in results) > 1.1, seen
+        # two columns a thread: verified at the odd sizes of the spec's check (a row's last pair is one)
+        target = outside("maxpool2d")
+        baseline = engine.baseline(target)
+        results = engine.evaluate(baseline, row_loop.propose(target))
+        seen = shown(baseline.target, results)
+        assert len(results) == 2 and all(r.verified for r in results), seen
+        assert results[1].status == "faster", seen

@@ -461,7 +461,7 @@ def test_atomic_adds_in_a_rows_loop_are_split_like_its_stores() -> None:
 
     path = ROOT / "bench" / "kernels" / "outside" / "scatter_add.cu"
     (target,) = load_targets(path).targets
-    (by_row,) = PROPOSERS["rewrite:row-loop"](target)
+    by_row, _ = PROPOSERS["rewrite:row-loop"](target)
     rows = load_targets(path, by_row.source).find("scatter_add_rows")
     assert rows is not None
     body = body_of(check(rows)[0], "scatter_add_rows")
