@@ -59,37 +59,57 @@ __global__ void scale_rows(const float* in, const float* w, float* out, int rows
 
 
 @needs_compiler
-def test_a_rows_loop_is_shared_by_blocks_along_y_and_the_grid_counts_them(tmp_path: Path) -> None:
+def test_a_rows_loop_is_shared_by_blocks_and_the_grid_counts_them(tmp_path: Path) -> None:
     target = target_of(FEW_LONG_ROWS, tmp_path)
     candidates = row_blocks.propose(target)
     assert [c.launch.grid for c in candidates if c.launch] == [
+        ("tokens * ceil_div(hidden, block.x * 8)",),  # a row's parts neighbours in a 1-D grid
+        ("tokens", "ceil_div(hidden, block.x * 32)"),  # its parts along y
         ("tokens", "ceil_div(hidden, block.x * 8)"),
-        ("tokens", "ceil_div(hidden, block.x * 32)"),
     ]
-    body = body_of(candidates[0], "bias_relu")
-    assert (
-        "for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < hidden; j += blockDim.x * gridDim.y)" in body
+    in_line, along_y = (body_of(c, "bias_relu") for c in candidates[:2])
+    assert "const int parts = (hidden + blockDim.x * 8 - 1) / (blockDim.x * 8);" in in_line
+    assert "const float* row = x + (size_t)row_block * hidden;" in in_line  # every blockIdx.x is the row
+    header = (
+        "for (int j = blockIdx.x % parts * blockDim.x + threadIdx.x; j < hidden; j += blockDim.x * parts)"
     )
-    assert compile_kernel(device_source(candidates[0].source), "bias_relu").ok
+    assert header in in_line
+    assert (
+        "for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < hidden; j += blockDim.x * gridDim.y)"
+        in along_y
+    )
+    for candidate in candidates:
+        assert compile_kernel(device_source(candidate.source), "bias_relu").ok
     # through the optimizer's table the file read back runs the new grid, and the 16-byte rewrite
     # applies to the shared loop
-    written = optimize.PROPOSERS[row_blocks.PROPOSER](target)[0]
-    reread = load_targets(target.path, written.source).find("bias_relu")
-    assert reread is not None and reread.spec is not None
-    assert reread.spec.launch.grid == ("tokens", "ceil_div(hidden, block.x * 8)")
-    (widened,) = vector_loop.propose(reread)
-    assert "(blockIdx.y * blockDim.x + threadIdx.x) * 4" in body_of(widened, "bias_relu")
-    assert compile_kernel(device_source(widened.source), "bias_relu").ok
+    for written, start in zip(
+        optimize.PROPOSERS[row_blocks.PROPOSER](target)[:2],
+        [
+            "(blockIdx.x % parts * blockDim.x + threadIdx.x) * 4",
+            "(blockIdx.y * blockDim.x + threadIdx.x) * 4",
+        ],
+        strict=True,
+    ):
+        reread = load_targets(target.path, written.source).find("bias_relu")
+        assert reread is not None and reread.spec is not None and written.launch is not None
+        assert reread.spec.launch.grid == written.launch.grid
+        (widened,) = vector_loop.propose(reread)
+        assert start in body_of(widened, "bias_relu")
+        assert compile_kernel(device_source(widened.source), "bias_relu").ok
 
 
 @needs_compiler
 def test_the_threads_place_and_step_through_locals(tmp_path: Path) -> None:
     target = target_of(THROUGH_LOCALS, tmp_path)
     candidates = row_blocks.propose(target)
-    assert candidates, target.spec
-    body = body_of(candidates[0], "scale_rows")
+    assert len(candidates) == 3, target.spec
+    body = body_of(candidates[1], "scale_rows")
     assert "int c = blockIdx.y * blockDim.x + tid; c < cols; c = c + stride * gridDim.y" in body
-    assert compile_kernel(device_source(candidates[0].source), "scale_rows").ok
+    body = body_of(candidates[0], "scale_rows")
+    assert "int row = row_block;" in body
+    assert "int c = blockIdx.x % parts * blockDim.x + tid; c < cols; c = c + stride * parts" in body
+    for candidate in candidates:
+        assert compile_kernel(device_source(candidate.source), "scale_rows").ok
 
 
 @pytest.mark.parametrize(

@@ -26,13 +26,21 @@ from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms
 from cuda_agent.agent.proposers.rewrites.swap_axes import WARP_WORK
-from cuda_agent.agent.proposers.tree import KernelTree, apply_to_body, build_candidate, statements, walk
+from cuda_agent.agent.proposers.tree import (
+    KernelTree,
+    apply_to_body,
+    build_candidate,
+    local_names,
+    statements,
+    walk,
+)
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
 PROPOSER = "rewrite:row-blocks"
-ELEMENTS_A_THREAD = (8, 32)  # a part's elements per thread: one 16-byte vector of halves; a few steps
+ELEMENTS_A_THREAD = (32, 8)  # a part's elements per thread: a few 16-byte steps; one vector of halves
+FLAT_ELEMENTS = 8
 _SHARED_WORK = re.compile(r"\b(gridDim|__syncthreads\w*)\b")  # besides a warp's (swap_axes)
 
 
@@ -46,14 +54,14 @@ def propose(target: KernelTarget) -> list[Candidate]:
     if loop is None:
         return []
     try:
-        _, length = bound_terms(tree, loop.bound)
+        length_kernel, length = bound_terms(tree, loop.bound)
     except NotInSizes:
         return []
     edits = _edits(tree, loop)
     if edits is None:
         return []
     body = apply_to_body(tree, edits)
-    candidates = []
+    candidates = [_in_line(tree, loop, length_kernel, length, FLAT_ELEMENTS)]
     for elements in ELEMENTS_A_THREAD:
         parts = f"ceil_div({as_factor(length)}, block.x * {elements})"
         launch = LaunchSpec(
@@ -67,6 +75,47 @@ def propose(target: KernelTarget) -> list[Candidate]:
             build_candidate(tree, body=body, launch=launch, description=description, proposer=PROPOSER)
         )
     return candidates
+
+
+def _in_line(tree: KernelTree, loop: Loop, length_kernel: str, length: str, elements: int) -> Candidate:
+    """The row's parts as neighbouring blocks of a 1-D grid (block b: row b / parts, part b % parts), so
+    that blocks in flight at once sweep a row, as a flat element-wise launch does, and any number of rows
+    fits the grid (blockIdx.y stops at 65535)."""
+    spec = tree.target.spec
+    assert spec is not None
+    names = local_names(tree, "parts", "row_block")
+    parts, row = names["parts"], names["row_block"]
+    initializer = loop.node.child_by_field_name("initializer")
+    value = _initial_value(initializer, loop.variable, tree)
+    step = _step(loop.node.child_by_field_name("update"), loop.variable, tree)
+    assert value is not None and step is not None  # _edits found them
+    part = f"blockIdx.x % {parts} * blockDim.x + {as_factor(tree.text(value))}"
+    edits = [
+        (value.start_byte, value.end_byte, part),
+        (step.start_byte, step.end_byte, f"{as_factor(tree.text(step))} * {parts}"),
+    ]
+    for node in walk(tree.body):
+        if node.type == "field_expression" and tree.text(node).replace(" ", "") == "blockIdx.x":
+            edits.append((node.start_byte, node.end_byte, row))
+    unit = tree.indent_unit()
+    step_elements = f"blockDim.x * {elements}"
+    header = (
+        f"\n{unit}// each row's loop shared by {parts} neighbouring blocks of the grid\n"
+        f"{unit}const int {parts} = ({length_kernel} + {step_elements} - 1) / ({step_elements});\n"
+        f"{unit}const int {row} = blockIdx.x / {parts};"
+    )
+    edits.append((tree.body.start_byte + 1, tree.body.start_byte + 1, header))
+    threads = f"{as_factor(spec.launch.grid[0])} * ceil_div({as_factor(length)}, block.x * {elements})"
+    return build_candidate(
+        tree,
+        body=apply_to_body(tree, edits),
+        launch=LaunchSpec(block=spec.launch.block, grid=(threads,), shared_bytes=spec.launch.shared_bytes),
+        description=(
+            f"the row's loop {loop.variable} shared by neighbouring blocks ({elements} elements a thread), "
+            "not one block a row"
+        ),
+        proposer=PROPOSER,
+    )
 
 
 def _row_loop(tree: KernelTree, facts: KernelFacts) -> Loop | None:

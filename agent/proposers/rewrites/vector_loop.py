@@ -186,6 +186,15 @@ def _thread_position(loop: Loop, facts: KernelFacts) -> str:
         blocks = Form.atom(f"blockIdx.{axis}") * Form.atom("blockDim.x") + Form.atom("threadIdx.x")
         if position == blocks and step == Form.atom("blockDim.x") * Form.atom(f"gridDim.{axis}"):
             return f"(blockIdx.{axis} * blockDim.x + threadIdx.x)"
+    # a row's parts in neighbouring blocks (rewrite:row-blocks): `blockIdx.x % parts * blockDim.x +
+    # threadIdx.x` stepping by `blockDim.x * parts`; the start is the position alone, so the widened loop
+    # starts at start * width and this text is not written out
+    part = (position - Form.atom("threadIdx.x")).coefficient("blockDim.x")
+    if part is not None and len(part.terms) == 1 and position == loop.start:
+        (atom,) = part.atoms() if len(part.atoms()) == 1 else ("",)
+        operation = facts.atoms.operations.get(atom)
+        if operation is not None and operation[0] == "%" and step == Form.atom("blockDim.x") * operation[2]:
+            return position.text()
     if len(atoms) == 1 and len(position.terms) == 1 and position.terms.get(tuple(atoms)) == 1:
         (atom,) = atoms
         if atom == f"⟨(threadIdx.x) % ({step.text()})⟩" and step.value() is not None:
