@@ -130,6 +130,23 @@ def test_only_statements_without_effect_may_follow_the_bounds_check(after: str, 
     assert (facts.guard is not None) == a_check
 
 
+def test_a_pointer_local_cast_to_other_elements_is_not_the_parameter() -> None:
+    # x's floats read as doubles: element i of g is not element i of x
+    facts = facts_of("int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                     "const double* g = (const double*)x;\nif (r < rows) y[r] = (float)g[r];")  # fmt: skip
+    assert not [a for a in facts.accesses if a.array == "x"] and facts.unmodelled
+    same = facts_of("int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                    "const float* g = (const float*)x;\nif (r < rows) y[r] = g[r];")  # fmt: skip
+    assert loads(same) == ["blockDim.x*blockIdx.x + threadIdx.x"] and not same.unmodelled
+
+
+def test_an_atomic_inside_a_condition_is_a_store() -> None:
+    facts = facts_of("int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                     "if (r < rows) { if (atomicAdd(&out[r], 1) == 0) y[r] = x[r]; }")  # fmt: skip
+    assert facts.atomics
+    assert [a.array for a in facts.accesses if a.write] == ["out", "y"]
+
+
 def test_a_bound_through_a_local_and_other_conjuncts() -> None:
     facts = facts_of("int i = blockIdx.y * blockDim.y + threadIdx.y;\n"
                      "int j = blockIdx.x * blockDim.x + threadIdx.x; int n = rows * 2;\n"
