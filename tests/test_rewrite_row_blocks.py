@@ -137,6 +137,15 @@ def test_not_offered_where_parts_of_a_row_would_do_other_work(
     assert row_blocks.propose(target_of(FEW_LONG_ROWS.replace(old, new), tmp_path)) == [], why
 
 
+def test_a_block_number_behind_a_macro_keeps_the_parts_along_y(tmp_path: Path) -> None:
+    # the 1-D grid renames what reads blockIdx.x; a macro's use of it would be left the flat block number
+    source = FEW_LONG_ROWS.replace("__global__", "#define TOKEN blockIdx.x\n__global__", 1).replace(
+        "x + (size_t)blockIdx.x * hidden", "x + (size_t)TOKEN * hidden"
+    )
+    candidates = row_blocks.propose(target_of(source, tmp_path))
+    assert [len(c.launch.grid) for c in candidates if c.launch] == [2, 2]
+
+
 def test_a_rows_sum_is_not_split() -> None:
     source = """
 __global__ void row_sums(const float* x, float* sums, int rows, int cols) {

@@ -1,12 +1,13 @@
-"""A block per row whose threads stride over the row -> several blocks per row, a 2-D grid.
+"""A block per row whose threads stride over the row -> several blocks per row.
 
 LLM serving code and layer kernels give each row (a token, a channel) one block and let its threads
 stride over the row's elements (`for (int i = threadIdx.x; i < d; i += blockDim.x)`). Where the
 iterations are independent (no reduction, nothing shared between threads), the row's elements need not
 all come from one block: a row of 11008 elements is 43 steps of a 256-thread block, the last step a
-fraction, and a batch of a few rows keeps a few SMs busy. Here blocks along y share the row: block
+fraction, and a batch of a few rows keeps a few SMs busy. Here several blocks share the row: block
 (row, part) starts at part's share of the elements and steps over all of the row's blocks, so every
-element is still computed once, by the user's statements, and the grid is rows × parts.
+element is still computed once, by the user's statements. The parts are neighbouring blocks of a 1-D
+grid of rows × parts (block b is row b / parts: what read `blockIdx.x` reads that), or blocks along y.
 
 Driven by the analysis: the block and the grid are 1-D; one top-level loop starts at `threadIdx.x` and
 steps by `blockDim.x` (in any spelling the analysis propagates: `tid`, `stride`), its iterations
@@ -61,7 +62,8 @@ def propose(target: KernelTarget) -> list[Candidate]:
     if edits is None:
         return []
     body = apply_to_body(tree, edits)
-    candidates = [_in_line(tree, loop, length_kernel, length, FLAT_ELEMENTS)]
+    in_line = _in_line(tree, loop, length_kernel, length, FLAT_ELEMENTS)
+    candidates = [in_line] if in_line is not None else []
     for elements in ELEMENTS_A_THREAD:
         parts = f"ceil_div({as_factor(length)}, block.x * {elements})"
         launch = LaunchSpec(
@@ -77,7 +79,14 @@ def propose(target: KernelTarget) -> list[Candidate]:
     return candidates
 
 
-def _in_line(tree: KernelTree, loop: Loop, length_kernel: str, length: str, elements: int) -> Candidate:
+def _block_macros(tree: KernelTree) -> set[str]:
+    """Names the file #defines as something reading blockIdx."""
+    return set(re.findall(r"^\s*#\s*define\s+(\w+)[^\n]*\bblockIdx\b", tree.target.source, re.MULTILINE))
+
+
+def _in_line(
+    tree: KernelTree, loop: Loop, length_kernel: str, length: str, elements: int
+) -> Candidate | None:
     """The row's parts as neighbouring blocks of a 1-D grid (block b: row b / parts, part b % parts), so
     that blocks in flight at once sweep a row, as a flat element-wise launch does, and any number of rows
     fits the grid (blockIdx.y stops at 65535)."""
@@ -97,6 +106,8 @@ def _in_line(tree: KernelTree, loop: Loop, length_kernel: str, length: str, elem
     for node in walk(tree.body):
         if node.type == "field_expression" and tree.text(node).replace(" ", "") == "blockIdx.x":
             edits.append((node.start_byte, node.end_byte, row))
+        elif node.type == "identifier" and tree.text(node) in _block_macros(tree):
+            return None  # `#define ROW blockIdx.x`: a block number this edit would not see
     unit = tree.indent_unit()
     step_elements = f"blockDim.x * {elements}"
     header = (
