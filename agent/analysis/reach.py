@@ -210,6 +210,8 @@ class _Ranges:
         self.global_forms = dict(_G)
         self.loop_spans: dict[str, Span | str] = {}  # each counter's, once asked (every access reads them)
         self.block_only: set[str] = set()  # axes whose index is a block number alone
+        # the grid-stride loops that are the threads: a grid as long as their bound runs each once a thread
+        self.grid_strides: set[str] = set()
 
     def threads(self, axis: str) -> Form | str:
         """The bound of the global index along the axis: its guard's (`if (i >= n) return;`, also a piece
@@ -242,6 +244,7 @@ class _Ranges:
             sized = loop.bound.atoms() <= self.sizes
             if loop.depth == 0 and _is_global(loop.start, axis) and strides_grid and sized:
                 self.global_forms[axis], self.bounds[axis] = loop.start, loop.bound
+                self.grid_strides.add(loop.variable)
                 return loop.bound
         along = "" if axis == "x" else f" along {axis}"
         return f"no bound on the global index{along} (an `if (i < n)` guard or a grid-stride loop over n)"
@@ -323,6 +326,8 @@ class _Ranges:
             loops = self.loops.get(variable)
             if not loops or variable == "?":
                 return "a loop whose iterations are not counted"
+            if variable in self.grid_strides:
+                continue
             span = self._atom(variable)
             if isinstance(span, str) or span.high is None:
                 return f"loop {variable}: no trip count"

@@ -47,6 +47,7 @@ from cuda_agent.agent.spec.dtypes import (
     vector_of_c_type,
 )
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
+from cuda_agent.agent.spec.loop_macros import loop_macros_written_out
 from cuda_agent.agent.spec.model import ArgumentSpec, InitSpec, KernelSpec, LaunchSpec
 from cuda_agent.agent.spec.render import CHECK_ADVICE
 from cuda_agent.agent.spec.several_sizes import block_for, several_sizes
@@ -110,6 +111,12 @@ def infer_spec(
     one taking PyTorch packed accessors is read as the pointer kernel it stands for (spec/accessors.py)."""
     if any(parameter.accessor is not None for parameter in kernel.parameters):
         return _through_accessors(kernel, source, tree, typedefs, headers, path)
+    looped = loop_macros_written_out(kernel, source, tree)
+    again = next((k for k in find_kernels(looped) if k.name == kernel.name), None) if looped else None
+    if again is not None and looped is not None:  # `CUDA_KERNEL_LOOP(i, n) {`: read as the loop it is
+        spec, note = infer_spec(again, looped, None, typedefs, headers, path)
+        written = f"{note}; read with its loop macros written out"
+        return (replace(spec, inference_note=written), written) if spec is not None else (None, note)
     spec, note = _inferred(kernel, source, tree, typedefs, headers, path)
     if spec is not None or kernel.has_errors:
         return spec, note
