@@ -360,6 +360,21 @@ def test_an_index_shifted_by_a_size_is_bounded_by_the_size_less_the_shift() -> N
     assert spec.verify_sizes[0]["offset"] > 0  # verified off the aligned start
 
 
+def test_a_2d_kernel_over_two_sizes_and_a_value_is_sized_by_its_reach() -> None:
+    # a course's image kernel: (w, h) bound the threads, `delta` only changes the pixels (no contraction)
+    spec = inferred("""
+        __global__ void brighten(unsigned char* img, int w, int h, int delta) {
+            int x = blockIdx.x * blockDim.x + threadIdx.x;
+            int y = blockIdx.y * blockDim.y + threadIdx.y;
+            if (x < w && y < h) {
+                int v = img[y * w + x] + delta;
+                img[y * w + x] = v > 255 ? 255 : (v < 0 ? 0 : v);
+            }
+        }""")
+    assert spec.launch.grid == ("ceil_div(w, block.x)", "ceil_div(h, block.y)")
+    assert shapes(spec) == {"img": ("h*w",)}
+
+
 # A 2-D kernel over rows a pitch apart, read from a shifted start: no two threads may store to one element.
 SHIFTED_ROWS = """
 __global__ void shifted_rows(const float* a, int pitch_a, float* out, int pitch_out, int width, int height,

@@ -221,9 +221,7 @@ def _inferred(
         layout = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
     elif len(int_scalars) == 3 and analysis.uses_y:
         layout = _layout_contraction([size_of[parameter.name] for parameter, _ in int_scalars], analysis)
-        if (
-            isinstance(layout, str) and analysis.a_block_a_row
-        ):  # a batch row a block, each summing a third size
+        if isinstance(layout, str):  # a batch row a block summing a third size; (w, h, delta) of an image
             sizes = [p for p, _ in int_scalars]
             several = _layout_several(kernel, source, body, instantiate, sizes, size_of, analysis, path)
             layout = layout if isinstance(several, str) else several
