@@ -622,9 +622,18 @@ def test_the_shapes_follow_the_indices_whatever_the_names_and_strides():
     }
 
 
-def test_three_sizes_without_a_loop_to_one_of_them_are_refused():
+def test_three_sizes_without_a_loop_to_one_of_them_are_sized_by_their_reach():
+    # no contraction (one term an output, the last k): each buffer as far as its indices reach
     spec, note = infer(MATMUL_3.replace("for (int k = 0; k < K; k++) sum +=", "int k = K - 1; sum +="))
-    assert spec is None and "not a thread per (row, col) compared with two of them and a loop" in note
+    assert spec is not None and "2-D over several sizes" in note
+    assert roles(spec) == {
+        "A": ("input", ("K*M",)),
+        "B": ("input", ("K*N",)),
+        "C": ("output", ("M*N",)),
+        "M": ("scalar", ()),
+        "N": ("scalar", ()),
+        "K": ("scalar", ()),
+    }
 
 
 # -- one size on 2-D blocks -------------------------------------------------------------------------------
