@@ -103,6 +103,45 @@ def test_an_element_read_only_within_its_own_bound_is_loaded_only_where_the_whol
     assert "reinterpret_cast<const uint4*>(&x[(r * cols + c0)])" in body
 
 
+# A dropout's byte mask beside the halves it keeps: 8 halves a step are 16 bytes, 8 mask bytes 8.
+MASKED = """/* cuda-agent
+[sizes]
+rows = 4096
+cols = 4096
+[args]
+y = { role = "output", dtype = "float16", shape = ["rows", "cols"] }
+x = { role = "input", dtype = "float16", shape = ["rows", "cols"] }
+keep = { role = "input", dtype = "uint8", shape = ["rows", "cols"], init = { dist = "integers", high = 2 } }
+cols = { role = "scalar", dtype = "int32", value = "cols" }
+[launch]
+block = [256]
+grid = ["rows"]
+[verify]
+sizes = [{ rows = 3, cols = 1001 }]
+*/
+#include <cuda_fp16.h>
+__global__ void masked_scale(half* y, const half* x, const unsigned char* keep, int cols)
+{
+    const half* row = x + (size_t)blockIdx.x * cols;
+    const unsigned char* kept = keep + (size_t)blockIdx.x * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        y[(size_t)blockIdx.x * cols + c] = kept[c] ? __hmul(row[c], __float2half(2.0f)) : __float2half(0.0f);
+}
+"""
+
+
+@needs_compiler
+def test_narrower_elements_beside_wider_ones_take_fewer_bytes_a_step() -> None:
+    (target,) = load_targets(Path("masked.cu"), MASKED).targets
+    (candidate,) = vector_loop.propose(target)
+    body = compiled(target, candidate)
+    assert "for (int c0 = threadIdx.x * 8; c0 < cols; c0 += (blockDim.x) * 8)" in body
+    assert "alignas(8) unsigned char kept_v[8];" in body
+    assert "*reinterpret_cast<uint2*>(kept_v) = *reinterpret_cast<const uint2*>(&kept[c0]);" in body
+    assert "*reinterpret_cast<uint4*>(row_v) = *reinterpret_cast<const uint4*>(&row[c0]);" in body
+    assert "((unsigned long long)(&kept[c0]) & 7)" in body  # each array its own alignment
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -194,7 +233,8 @@ def test_vector_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
 
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
-        for target in (outside("gelu_fp16"), outside("silu_mul_bf16"), embedding_backward()):
+        masked = load_targets(Path("masked.cu"), MASKED).targets[0]
+        for target in (outside("gelu_fp16"), outside("silu_mul_bf16"), embedding_backward(), masked):
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, vector_loop.propose(target))

@@ -37,6 +37,7 @@ from tree_sitter import Node
 
 PROPOSER = "rewrite:vector-loop"
 VECTOR_BYTES = 16
+_VECTOR_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short"}
 
 
 class _Unsupported(Exception):
@@ -58,6 +59,12 @@ class _Stream:
     bounds: tuple[str, ...] = ()
     # updated only by `atomicAdd(&p[i], v);`: the values summed in registers, then one 16-byte atomic
     added: bool = False
+    bytes: int = VECTOR_BYTES  # a step's share of the array: 16, or less for narrower elements (a mask)
+
+    @property
+    def vector(self) -> str:
+        """The unsigned type of the step's bytes, loaded or stored at once."""
+        return _VECTOR_TYPES[self.bytes]
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -102,13 +109,12 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
     if not accesses and not shared:
         raise _Unsupported("no accesses")
     sizes = {a.element_bytes for a in accesses} | {ELEMENT_BYTES.get(t) for t, _ in shared.values()}
-    if len(sizes) != 1 or None in sizes:
-        raise _Unsupported("arrays of several element sizes")
-    (size,) = sizes
-    assert size is not None
-    width = VECTOR_BYTES // size
-    if width < 2:
-        raise _Unsupported("elements as wide as a vector")
+    if None in sizes:
+        raise _Unsupported("an array of elements of unknown size")
+    # the widest elements take 16 bytes a step; narrower ones (a byte mask beside halves) fewer, at once
+    width = VECTOR_BYTES // max(s for s in sizes if s is not None)
+    if width < 2 or any(width * s not in _VECTOR_TYPES for s in sizes if s is not None):
+        raise _Unsupported("elements as wide as a vector, or too narrow for a step of them")
     for access in accesses:
         if access.node.type == "call_expression" and _added_to(tree, access.node) is None:
             raise _Unsupported(f"{access.array} is updated otherwise than by a float atomicAdd statement")
@@ -130,7 +136,8 @@ def _vectorised(tree: KernelTree, facts: KernelFacts, loop: Loop, taken: set[str
     streams = _streams(tree, loop, accesses, first, taken, width)
     for name, (kind, nodes) in shared.items():
         (stream,) = fresh_names(taken, f"{name}_v")
-        streams.append(_Stream(stream, kind, f"&{name}[{first}]", True, False, tuple(nodes)))
+        share = width * (ELEMENT_BYTES.get(kind) or VECTOR_BYTES)
+        streams.append(_Stream(stream, kind, f"&{name}[{first}]", True, False, tuple(nodes), bytes=share))
     return _edits(tree, loop, streams, position, width, first, element), width
 
 
@@ -232,12 +239,13 @@ def _streams(
         bounds = _vector_bounds(tree, loop, group, index.named_children[0], first, width)
         (name,) = fresh_names(taken, f"{_stem(tree.text(array))}_v")
         nodes = tuple(a.node for a in group)
+        share = width * (group[0].element_bytes or VECTOR_BYTES)
         if added:
-            if ELEMENT_BYTES.get(parameter.type) != 4 or parameter.type not in ("float", "float32_t"):
-                raise _Unsupported("an atomic add to elements other than float")
+            if parameter.type not in ("float", "float32_t") or share != VECTOR_BYTES:
+                raise _Unsupported("an atomic add to elements other than float, four a step")
             streams.append(_Stream(name, parameter.type, place, False, False, nodes, bounds, added=True))
             continue
-        streams.append(_Stream(name, parameter.type, place, loaded, stored, nodes, bounds))
+        streams.append(_Stream(name, parameter.type, place, loaded, stored, nodes, bounds, bytes=share))
     return streams
 
 
@@ -374,22 +382,30 @@ def _edits(
     original = tree.text(loop.body)
     kind = _declared_type(tree, loop, initializer)
     v = loop.variable
-    aligned = " | ".join(f"(unsigned long long)({s.place})" for s in streams)
+    if len({s.bytes for s in streams}) == 1:  # one mask for all: `((a | b) & 15) == 0`
+        aligned = (
+            f"(({' | '.join(f'(unsigned long long)({s.place})' for s in streams)}) & {streams[0].bytes - 1})"
+        )
+    else:  # each address aligned for its own share of the step
+        aligned = (
+            "(" + " | ".join(f"((unsigned long long)({s.place}) & {s.bytes - 1})" for s in streams) + ")"
+        )
     within = "".join(f" && {bound}" for s in streams for bound in s.bounds)
     alone = all(any(a in THREAD_ATOMS or a.startswith("⟨") for a in m) for m in loop.start.terms)
     begin = f"{start} * {width}" if alone else f"{start} + {position} * {width - 1}"
     header = f"{kind} {first} = {begin}; {first} < {bound}; {first} += ({step}) * {width}"
     lines = [
-        f"// {width} elements a step: one {VECTOR_BYTES}-byte load or store per array, the body on registers",
+        f"// {width} elements a step: one {_per_array(streams)} load or store per array, the body on "
+        "registers",
         f"for ({header}) {{",
-        f"{unit}if ({first} + {width} <= {bound}{within} && (({aligned}) & {VECTOR_BYTES - 1}) == 0) {{",
+        f"{unit}if ({first} + {width} <= {bound}{within} && {aligned} == 0) {{",
     ]
     for stream in streams:
         zeros = " = {}" if stream.added else ""  # the sums of this step's adds, none yet
-        lines.append(f"{unit}{unit}alignas({VECTOR_BYTES}) {stream.type} {stream.name}[{width}]{zeros};")
+        lines.append(f"{unit}{unit}alignas({stream.bytes}) {stream.type} {stream.name}[{width}]{zeros};")
         if stream.loaded:
-            load = f"*reinterpret_cast<const uint4*>({stream.place})"
-            lines.append(f"{unit}{unit}*reinterpret_cast<uint4*>({stream.name}) = {load};")
+            load = f"*reinterpret_cast<const {stream.vector}*>({stream.place})"
+            lines.append(f"{unit}{unit}*reinterpret_cast<{stream.vector}*>({stream.name}) = {load};")
     lines += [
         f"{unit}{unit}#pragma unroll",
         f"{unit}{unit}for (int {element} = 0; {element} < {width}; ++{element}) {{",
@@ -399,8 +415,8 @@ def _edits(
     ]
     for stream in streams:
         if stream.stored:
-            store = f"*reinterpret_cast<const uint4*>({stream.name})"
-            lines.append(f"{unit}{unit}*reinterpret_cast<uint4*>({stream.place}) = {store};")
+            store = f"*reinterpret_cast<const {stream.vector}*>({stream.name})"
+            lines.append(f"{unit}{unit}*reinterpret_cast<{stream.vector}*>({stream.place}) = {store};")
         if stream.added:  # 16-byte float atomics are sm_90's; before it, one atomic an element as before
             lines += [
                 "#if __CUDA_ARCH__ >= 900",
@@ -442,6 +458,16 @@ def _added_to(tree: KernelTree, call: Node) -> tuple[Node, Node] | None:
     if operator is None or operator.type != "&" or element is None or element.type != "subscript_expression":
         return None
     return element, value
+
+
+def _per_array(streams: list[_Stream]) -> str:
+    """`16-byte`, or `16- or 8-byte` where narrower elements take fewer bytes a step."""
+    shares = sorted({s.bytes for s in streams}, reverse=True)
+    return (
+        f"{shares[0]}-byte"
+        if len(shares) == 1
+        else " or ".join(f"{b}-" for b in shares[:-1]) + f" or {shares[-1]}-byte"
+    )
 
 
 def _uses(lines: list[str], name: str) -> bool:
