@@ -13,6 +13,7 @@ project may not have here). A rewrite made on this text shows the loop written o
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from cuda_agent.agent.kernels import Kernel, kernel_body
 from cuda_agent.agent.parsing import parse_cuda, walk
@@ -33,7 +34,7 @@ _FOR = re.compile(r"^\s*for\s*\(")
 def loop_macros_written_out(kernel: Kernel, source: str, tree: Tree | None = None) -> str | None:
     """The file with the kernel's loop-macro uses written out as `for` headers; None where it has none."""
     own = source.encode("utf-8")[kernel.start_byte : kernel.end_byte].decode("utf-8", errors="replace")
-    if not any(re.search(rf"\b{name}\s*\(", own) for name in _names(source)):
+    if not _uses(source).search(own):
         return None  # most kernels: no walk of the file
     tree = tree or parse_cuda(source)
     macros = {**KNOWN, **_defined(tree)}
@@ -53,9 +54,11 @@ def loop_macros_written_out(kernel: Kernel, source: str, tree: Tree | None = Non
     return data.decode("utf-8")
 
 
-def _names(source: str) -> set[str]:
-    """The loop macros the file may use: the well-known ones and its own function-like `#define`s."""
-    return set(KNOWN) | set(re.findall(r"^\s*#\s*define\s+(\w+)\(", source, re.MULTILINE))
+@lru_cache(maxsize=8)  # a file of thousands of kernels is read once, not once a kernel
+def _uses(source: str) -> re.Pattern[str]:
+    """A use of a loop macro the file may have: the well-known ones and its own function-like `#define`s."""
+    names = set(KNOWN) | set(re.findall(r"^\s*#\s*define\s+(\w+)\(", source, re.MULTILINE))
+    return re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\s*\(")
 
 
 def _defined(tree: Tree) -> dict[str, tuple[tuple[str, ...], str]]:
