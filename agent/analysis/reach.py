@@ -222,8 +222,8 @@ class _Ranges:
             if form is None or not bound.bound.atoms() <= self.sizes:
                 continue
             block_only = self._a_block_an_index(form, axis)
-            shift = self._shift(form, axis)
-            if _is_global(form, axis) or block_only or shift is not None:
+            shift = self._shift(form, axis)  # empty for the global index itself
+            if block_only or shift is not None:
                 if block_only:
                     self.block_only.add(axis)
                 self.global_forms[axis], self.bounds[axis] = form, bound.bound

@@ -58,11 +58,18 @@ def propose(target: KernelTarget) -> list[Candidate]:
         length_kernel, length = bound_terms(tree, loop.bound)
     except NotInSizes:
         return []
-    edits = _edits(tree, loop)
-    if edits is None:
+    header = _header(tree, loop)
+    if header is None:
         return []
-    body = apply_to_body(tree, edits)
-    in_line = _in_line(tree, loop, length_kernel, length, FLAT_ELEMENTS)
+    value, step = header
+    body = apply_to_body(
+        tree,
+        [
+            (value.start_byte, value.end_byte, f"blockIdx.y * blockDim.x + {as_factor(tree.text(value))}"),
+            (step.start_byte, step.end_byte, f"{as_factor(tree.text(step))} * gridDim.y"),
+        ],
+    )
+    in_line = _in_line(tree, loop, header, length_kernel, length, FLAT_ELEMENTS)
     candidates = [in_line] if in_line is not None else []
     for elements in ELEMENTS_A_THREAD:
         parts = f"ceil_div({as_factor(length)}, block.x * {elements})"
@@ -85,7 +92,7 @@ def _block_macros(tree: KernelTree) -> set[str]:
 
 
 def _in_line(
-    tree: KernelTree, loop: Loop, length_kernel: str, length: str, elements: int
+    tree: KernelTree, loop: Loop, header: tuple[Node, Node], length_kernel: str, length: str, elements: int
 ) -> Candidate | None:
     """The row's parts as neighbouring blocks of a 1-D grid (block b: row b / parts, part b % parts), so
     that blocks in flight at once sweep a row, as a flat element-wise launch does, and any number of rows
@@ -94,19 +101,17 @@ def _in_line(
     assert spec is not None
     names = local_names(tree, "parts", "row_block")
     parts, row = names["parts"], names["row_block"]
-    initializer = loop.node.child_by_field_name("initializer")
-    value = _initial_value(initializer, loop.variable, tree)
-    step = _step(loop.node.child_by_field_name("update"), loop.variable, tree)
-    assert value is not None and step is not None  # _edits found them
+    value, step = header
     part = f"blockIdx.x % {parts} * blockDim.x + {as_factor(tree.text(value))}"
     edits = [
         (value.start_byte, value.end_byte, part),
         (step.start_byte, step.end_byte, f"{as_factor(tree.text(step))} * {parts}"),
     ]
+    macros = _block_macros(tree)
     for node in walk(tree.body):
         if node.type == "field_expression" and tree.text(node).replace(" ", "") == "blockIdx.x":
             edits.append((node.start_byte, node.end_byte, row))
-        elif node.type == "identifier" and tree.text(node) in _block_macros(tree):
+        elif node.type == "identifier" and tree.text(node) in macros:
             return None  # `#define ROW blockIdx.x`: a block number this edit would not see
     unit = tree.indent_unit()
     step_elements = f"blockDim.x * {elements}"
@@ -184,18 +189,12 @@ def _thread_read_outside(tree: KernelTree, loop: Loop) -> bool:
     return False
 
 
-def _edits(tree: KernelTree, loop: Loop) -> list[tuple[int, int, str]] | None:
-    """The initializer's value moved by the part's share, the step made the row's blocks' together."""
-    initializer = loop.node.child_by_field_name("initializer")
-    update = loop.node.child_by_field_name("update")
-    value = _initial_value(initializer, loop.variable, tree)
-    step = _step(update, loop.variable, tree)
-    if value is None or step is None:
-        return None
-    return [
-        (value.start_byte, value.end_byte, f"blockIdx.y * blockDim.x + {as_factor(tree.text(value))}"),
-        (step.start_byte, step.end_byte, f"{as_factor(tree.text(step))} * gridDim.y"),
-    ]
+def _header(tree: KernelTree, loop: Loop) -> tuple[Node, Node] | None:
+    """The loop's start value and step (`threadIdx.x`, `blockDim.x` in the user's spelling): what both
+    layouts move by the part's share and multiply by the parts."""
+    value = _initial_value(loop.node.child_by_field_name("initializer"), loop.variable, tree)
+    step = _step(loop.node.child_by_field_name("update"), loop.variable, tree)
+    return (value, step) if value is not None and step is not None else None
 
 
 def _initial_value(initializer: Node | None, variable: str, tree: KernelTree) -> Node | None:
