@@ -12,6 +12,7 @@ from cuda_agent.agent.proposers.transforms.grid_stride import propose_grid_strid
 from cuda_agent.agent.proposers.transforms.launch_bounds import propose_launch_bounds
 from cuda_agent.agent.proposers.transforms.restrict import propose_restrict
 from cuda_agent.agent.proposers.transforms.shared_padding import propose_shared_padding
+from cuda_agent.agent.proposers.transforms.single_precision import propose_single_precision
 from cuda_agent.agent.proposers.transforms.unroll import propose_unroll
 from cuda_agent.agent.proposers.transforms.vectorize import propose_vectorize
 from cuda_agent.agent.proposers.transforms.vectorize_rows import propose_vectorize_rows
@@ -23,6 +24,7 @@ TRANSFORMS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     "vectorize-rows": propose_vectorize_rows,
     "shared-padding": propose_shared_padding,
     "grid-stride": propose_grid_stride,
+    "single-precision": propose_single_precision,
     "restrict": propose_restrict,
     "unroll": propose_unroll,
     "launch-bounds": propose_launch_bounds,
