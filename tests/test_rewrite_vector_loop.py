@@ -38,10 +38,12 @@ def test_a_grid_stride_half_loop_takes_eight_elements_a_step() -> None:
     target = outside("gelu_fp16")
     (candidate,) = vector_loop.propose(target)
     body = compiled(target, candidate)
-    header = (
-        "int i0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < n; i0 += (blockDim.x * gridDim.x) * 8"
-    )
-    assert f"for ({header})" in body
+    # the alignment checked once, before the steps: the vector loop tests its bound alone, and unrolls
+    assert "int i0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;" in body
+    aligned = "if ((((unsigned long long)(&x[i0]) | (unsigned long long)(&y[i0])) & 15) == 0) {"
+    steps = "#pragma unroll 4\n            for (; i0 + 8 <= n; i0 += (blockDim.x * gridDim.x) * 8) {"
+    assert aligned in body and steps in body and body.index(aligned) < body.index(steps)
+    assert "for (; i0 < n; i0 += (blockDim.x * gridDim.x) * 8) {" in body  # then what is left
     assert "*reinterpret_cast<uint4*>(x_v) = *reinterpret_cast<const uint4*>(&x[i0]);" in body
     assert "*reinterpret_cast<uint4*>(&y[i0]) = *reinterpret_cast<const uint4*>(y_v);" in body
     assert "y_v[8];\n            *reinterpret_cast" not in body  # a store-only array is not loaded
@@ -53,7 +55,7 @@ def test_a_block_stride_loop_over_a_row_through_pointer_locals() -> None:
     target = outside("silu_mul_bf16")
     (candidate,) = vector_loop.propose(target)
     body = compiled(target, candidate)
-    assert "for (int i0 = threadIdx.x * 8; i0 < d; i0 += (blockDim.x) * 8)" in body
+    assert "int i0 = threadIdx.x * 8;" in body and "for (; i0 + 8 <= d; i0 += (blockDim.x) * 8)" in body
     assert "(unsigned long long)(&out[(size_t)token * d + i0])) & 15) == 0" in body
     assert "out_v[e] = __float2bfloat16(silu(g) * u);" in body
 
@@ -99,7 +101,7 @@ def test_an_element_read_only_within_its_own_bound_is_loaded_only_where_the_whol
     target = kernel("int j = r * cols + c;\n        y[j] = j < rows * cols - 3 ? x[j] : 0.0f;")
     (candidate,) = vector_loop.propose(target)
     body = compiled(target, candidate)
-    assert "if (c0 + 4 <= cols && (r * cols + c0) + 4 <= (rows * cols - 3) && " in body
+    assert "for (; c0 + 4 <= cols && (r * cols + c0) + 4 <= (rows * cols - 3); c0 += " in body
     assert "reinterpret_cast<const uint4*>(&x[(r * cols + c0)])" in body
 
 
@@ -135,7 +137,7 @@ def test_narrower_elements_beside_wider_ones_take_fewer_bytes_a_step() -> None:
     (target,) = load_targets(Path("masked.cu"), MASKED).targets
     (candidate,) = vector_loop.propose(target)
     body = compiled(target, candidate)
-    assert "for (int c0 = threadIdx.x * 8; c0 < cols; c0 += (blockDim.x) * 8)" in body
+    assert "int c0 = threadIdx.x * 8;" in body and "for (; c0 + 8 <= cols; c0 += (blockDim.x) * 8)" in body
     assert "alignas(8) unsigned char kept_v[8];" in body
     assert "*reinterpret_cast<uint2*>(kept_v) = *reinterpret_cast<const uint2*>(&kept[c0]);" in body
     assert "*reinterpret_cast<uint4*>(row_v) = *reinterpret_cast<const uint4*>(&row[c0]);" in body

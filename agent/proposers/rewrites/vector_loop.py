@@ -37,6 +37,7 @@ from tree_sitter import Node
 
 PROPOSER = "rewrite:vector-loop"
 VECTOR_BYTES = 16
+UNROLL = 4  # vector steps unrolled where the alignment is checked once: their loads in flight together
 _VECTOR_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short"}
 
 
@@ -393,13 +394,63 @@ def _edits(
     within = "".join(f" && {bound}" for s in streams for bound in s.bounds)
     alone = all(any(a in THREAD_ATOMS or a.startswith("⟨") for a in m) for m in loop.start.terms)
     begin = f"{start} * {width}" if alone else f"{start} + {position} * {width - 1}"
-    header = f"{kind} {first} = {begin}; {first} < {bound}; {first} += ({step}) * {width}"
-    lines = [
+    advance = f"{first} += ({step}) * {width}"
+    vector = _vector_step(streams, body, kind, v, width, first, element, unit)
+    scalar = f"for ({kind} {v} = {first}; {v} < {bound} && {v} < {first} + {width}; ++{v}) " + _reindented(
+        original, indent, indent + unit + unit
+    )
+    intro = (
         f"// {width} elements a step: one {_per_array(streams)} load or store per array, the body on "
-        "registers",
-        f"for ({header}) {{",
-        f"{unit}if ({first} + {width} <= {bound}{within} && {aligned} == 0) {{",
-    ]
+        "registers"
+    )
+    if _moves_only_by_steps(tree, loop, streams, first):
+        # The alignment checked once: the vector loop then has nothing but the bound to test, so that its
+        # steps unroll and several loads of each thread are in flight at once.
+        lines = [
+            intro,
+            "{",
+            f"{unit}{kind} {first} = {begin};",
+            f"{unit}// a step moves every array by whole vectors: aligned at the first step, aligned at all",
+            f"{unit}if ({aligned} == 0) {{",
+            f"{unit}{unit}#pragma unroll {UNROLL}",
+            f"{unit}{unit}for (; {first} + {width} <= {bound}{within}; {advance}) {{",
+            *(f"{unit}{line}" for line in vector),
+            f"{unit}{unit}}}",
+            f"{unit}}}",
+            f"{unit}// the last elements, or pointers not aligned for vectors: the loop as it was",
+            f"{unit}for (; {first} < {bound}; {advance}) {{",
+            f"{unit}{unit}{scalar}",
+            f"{unit}}}",
+            "}",
+        ]
+    else:
+        lines = [
+            intro,
+            f"for ({kind} {first} = {begin}; {first} < {bound}; {advance}) {{",
+            f"{unit}if ({first} + {width} <= {bound}{within} && {aligned} == 0) {{",
+            *vector,
+            f"{unit}}} else {{",
+            f"{unit}{unit}// the last elements, or pointers not aligned for vectors: the loop as it was",
+            f"{unit}{unit}{scalar}",
+            f"{unit}}}",
+            "}",
+        ]
+    text_out = ("\n" + indent).join(lines)
+    return [(loop.node.start_byte, loop.node.end_byte, text_out)]
+
+
+def _vector_step(
+    streams: list[_Stream],
+    body: list[str],
+    kind: str,
+    v: str,
+    width: int,
+    first: str,
+    element: str,
+    unit: str,
+) -> list[str]:
+    """One vector step: each array's bytes loaded at once, the body on the registers, the stores."""
+    lines = []
     for stream in streams:
         zeros = " = {}" if stream.added else ""  # the sums of this step's adds, none yet
         lines.append(f"{unit}{unit}alignas({stream.bytes}) {stream.type} {stream.name}[{width}]{zeros};")
@@ -427,16 +478,19 @@ def _edits(
                 f"atomicAdd(({stream.place}) + {element}, {stream.name}[{element}]);",
                 "#endif",
             ]
-    lines += [
-        f"{unit}}} else {{",
-        f"{unit}{unit}// the last elements, or pointers not aligned for vectors: the loop as it was",
-        f"{unit}{unit}for ({kind} {v} = {first}; {v} < {bound} && {v} < {first} + {width}; ++{v}) "
-        + _reindented(original, indent, indent + unit + unit),
-        f"{unit}}}",
-        "}",
-    ]
-    text_out = ("\n" + indent).join(lines)
-    return [(loop.node.start_byte, loop.node.end_byte, text_out)]
+    return lines
+
+
+def _moves_only_by_steps(tree: KernelTree, loop: Loop, streams: list[_Stream], first: str) -> bool:
+    """Whether every vector's address moves with the loop variable alone: nothing else its index reads is
+    assigned in the body, so a step (whole vectors) keeps each array's alignment as the first step had it."""
+    assigned = assigned_names(loop.body)
+    read = {word for s in streams for word in _words(s.place)} - {first}
+    return not read & assigned
+
+
+def _words(written: str) -> list[str]:
+    return "".join(c if c.isalnum() or c == "_" else " " for c in written).split()
 
 
 def _added_to(tree: KernelTree, call: Node) -> tuple[Node, Node] | None:
@@ -471,7 +525,7 @@ def _per_array(streams: list[_Stream]) -> str:
 
 
 def _uses(lines: list[str], name: str) -> bool:
-    return any(name in "".join(c if c.isalnum() or c == "_" else " " for c in line).split() for line in lines)
+    return any(name in _words(line) for line in lines)
 
 
 def _reindented(original: str, old: str, new: str) -> str:
