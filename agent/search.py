@@ -34,6 +34,7 @@ from cuda_agent.agent.proposers.rewrites import (
     promote,
     row_blocks,
     row_loop,
+    row_registers,
     row_stage,
     shared_loop,
     vector_loop,
@@ -54,7 +55,7 @@ LAUNCH_CONFIG = "launch-config"
 FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     LAUNCH_CONFIG: ("launch-bounds",),
     # ... and a row its passes each read is then worth reading once, into shared memory
-    warp_per_output.PROPOSER: (vector_loop.PROPOSER, row_stage.PROPOSER),
+    warp_per_output.PROPOSER: (vector_loop.PROPOSER, row_registers.PROPOSER, row_stage.PROPOSER),
     shared_loop.PROPOSER: (vector_loop.PROPOSER,),
     # a thread standing for several may still leave thread 0 a loop the (smaller) block can share
     block_coarsen.PROPOSER: (shared_loop.PROPOSER,),

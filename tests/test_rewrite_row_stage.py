@@ -197,17 +197,22 @@ def test_a_shared_array_stored_to_in_the_loop_is_not_read_as_vectors() -> None:
         assert "tile_v" not in candidate.source
 
 
-@pytest.mark.gpu
-def test_staged_rows_verify_and_beat_the_originals_on_the_gpu() -> None:
-    from cuda_agent.agent.engine import Engine, EngineSettings
-
-    targets = [
+def row_kernels() -> list[KernelTarget]:
+    """The row kernels the GPU tests run: the bench's split three ways, a block softmax, a course's rows."""
+    return [
         *split(OUTSIDE / "layernorm_forward.cu"),
         *split(OUTSIDE / "softmax_online.cu"),
         *split(OUTSIDE / "rmsnorm_fp16.cu"),
         target_of(BLOCK_SOFTMAX),
         _target(WARP_ROWS, "k"),
     ]
+
+
+@pytest.mark.gpu
+def test_staged_rows_verify_and_beat_the_originals_on_the_gpu() -> None:
+    from cuda_agent.agent.engine import Engine, EngineSettings
+
+    targets = row_kernels()
     with Engine(EngineSettings(use_cache=False, input_sets=3)) as engine:
         for target in targets:
             baseline = engine.baseline(target)

@@ -20,6 +20,7 @@ from cuda_agent.agent.proposers.rewrites import (
     promote,
     row_blocks,
     row_loop,
+    row_registers,
     row_stage,
     shared_loop,
     swap_axes,
@@ -35,6 +36,8 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     implicit_gemm.PROPOSER: implicit_gemm.propose,
     untile.PROPOSER: untile.propose,
     warp_per_output.PROPOSER: warp_per_output.propose,
+    # before row-stage: where a thread's registers hold its share of the row, no shared memory at all
+    row_registers.PROPOSER: row_registers.propose,
     row_stage.PROPOSER: row_stage.propose,
     y_split.PROPOSER: y_split.propose,
     row_blocks.PROPOSER: row_blocks.propose,

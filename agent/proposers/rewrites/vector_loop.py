@@ -535,9 +535,17 @@ def _reindented(original: str, old: str, new: str) -> str:
     )
 
 
-def _body_text(tree: KernelTree, loop: Loop, streams: list[_Stream], element: str) -> list[str]:
-    """The body's statements with each element access read from or written to its register array."""
-    replacements = {(n.start_byte, n.end_byte): f"{s.name}[{element}]" for s in streams for n in s.nodes}
+def _body_text(
+    tree: KernelTree,
+    loop: Loop,
+    streams: list[_Stream],
+    element: str,
+    replacements: dict[tuple[int, int], str] | None = None,
+) -> list[str]:
+    """The body's statements with each element access read from or written to its register array (or
+    with the text `replacements` gives each (start, end) of an access, where given)."""
+    if replacements is None:
+        replacements = {(n.start_byte, n.end_byte): f"{s.name}[{element}]" for s in streams for n in s.nodes}
     body = loop.body
     inner = body.named_children if body.type == "compound_statement" else [body]
     lines: list[str] = []

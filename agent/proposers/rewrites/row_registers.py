@@ -1,0 +1,237 @@
+"""Passes over a row that each read it from memory -> the row loaded once into registers, the passes
+reading it there.
+
+A softmax, a layer norm or an RMS norm split across a warp (or a block) reads its row once a pass. Where
+the row is short enough at the benchmark's sizes, each thread can hold its share of it: PER 16-byte
+vectors (`lane`'s at `(lane + u * 32) * 4`, u < PER), all loaded at once before the first pass, every
+pass then running on them. That is how torch.compile's row kernels work, and it leaves the shared-memory
+staging of `rewrite:row-stage` behind: on the H100 a hand-written softmax this way took 0.94 of the staged
+one's time (2048 floats a row, a warp a row).
+
+The same analysis as row-stage finds the passes and the rows (`row_stage._passes`, `_rows`). The
+registers are a fast path: taken where the row fits them (its length at most PER vectors a thread, a
+whole number of vectors, 16-byte aligned), so any other size runs the loops as written, and each pass
+loads and stores its other arrays (`weight[i]`, `out_row[i]`) as 16-byte vectors too where they are
+aligned. A thread's elements differ from the loops' (four neighbours, not one), so a reduction over the
+row is regrouped, as vector-loop's is.
+"""
+
+from __future__ import annotations
+
+from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis.facts import Loop
+from cuda_agent.agent.analysis.forms import Form
+from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites import row_stage, vector_loop
+from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, at_benchmark, bound_terms
+from cuda_agent.agent.proposers.tree import (
+    Edit,
+    KernelTree,
+    accessed_array,
+    apply_to_body,
+    build_candidate,
+    line_indent,
+    local_names,
+    shared_arrays,
+    walk,
+)
+from cuda_agent.agent.targets import KernelTarget
+
+PROPOSER = "rewrite:row-registers"
+VECTOR_BYTES = 16
+# A thread's share of its rows, at most: 16 vectors (64 floats) leaves registers for the passes' own
+# values at a full warp count (80 registers for a warp-per-row softmax of 2048 floats).
+MAX_VECTORS = 16
+
+
+class _Unsupported(Exception):
+    """Not a kernel this rewrite can hold in registers; the message says why (for debugging)."""
+
+
+def propose(target: KernelTarget) -> list[Candidate]:
+    found = analysed(target)
+    if found is None or target.spec is None:
+        return []
+    tree, facts = found
+    try:
+        return [_held(tree, facts)]
+    except (_Unsupported, row_stage._Unsupported, vector_loop._Unsupported, NotInSizes):
+        return []
+
+
+def _held(tree: KernelTree, facts: KernelFacts) -> Candidate:
+    target = tree.target
+    assert target.spec is not None
+    if any(accessed_array(n) not in shared_arrays(tree) for n in facts.unmodelled):
+        raise _Unsupported("an access the analysis could not place")
+    passes = row_stage._passes(tree, facts)
+    group = row_stage._group(passes[0])
+    row_stage._check_uniform_guard(facts, group)
+    rows = row_stage._rows(tree, facts, passes, group)
+    sizes = {a.element_bytes for row in rows for _, a in row.reads}
+    if len(sizes) != 1 or None in sizes:
+        raise _Unsupported("rows of several element sizes")
+    (size,) = sizes
+    assert size is not None
+    width = VECTOR_BYTES // size
+    threads = 32 if group.warp else target.spec.launch.block[0]
+    length = at_benchmark(tree, passes[0].bound)
+    if length is None:
+        raise _Unsupported("a row length that is not made of sizes")
+    vectors = -(-length // (threads * width))
+    if vectors * len(rows) > MAX_VECTORS:
+        raise _Unsupported("rows longer than a thread's registers hold")
+    bound = as_factor(bound_terms(tree, passes[0].bound)[0])
+    start, step = row_stage._header(tree, passes[0])
+    names = local_names(tree, "PER", "held", "u", "e", *(_register_name(tree, r) for r in rows))
+    first = local_names(tree, f"{passes[0].variable}0")[f"{passes[0].variable}0"]
+    edits = _load(tree, passes[0], rows, names, vectors, width, bound, start, step, threads, first)
+    taken = tree.names() | set(names.values())
+    for loop in passes:
+        edits.append(_pass(tree, facts, loop, rows, names, width, start, step, first, taken))
+    rows_text = ", ".join(r.array for r in rows)
+    who = "warp" if group.warp else "block"
+    description = (
+        f"{rows_text} loaded once into registers ({vectors} {VECTOR_BYTES}-byte vectors a thread, rows up to "
+        f"{vectors * threads * width} elements), the {len(passes)} passes over the row reading them there "
+        f"(a {who} a row)"
+    )
+    return build_candidate(
+        tree,
+        body=apply_to_body(tree, edits),
+        launch=target.spec.launch,
+        description=description,
+        proposer=PROPOSER,
+        assumptions=(
+            "the sums over the row are regrouped, four neighbouring elements a thread (within tolerance)",
+        ),
+    )
+
+
+def _load(
+    tree: KernelTree,
+    loop: Loop,
+    rows: list[row_stage._Row],
+    names: dict[str, str],
+    vectors: int,
+    width: int,
+    bound: str,
+    start: str,
+    step: str,
+    threads: int,
+    first: str,
+) -> list[Edit]:
+    """Before the first pass: the fast path's condition, the registers, and the rows loaded into them."""
+    per, held, u = names["PER"], names["held"], names["u"]
+    group = "32" if threads == 32 else "blockDim.x"
+    places = [row_stage._spelled_at(tree, row.reads[0], "0") for row in rows]
+    aligned = " | ".join(f"(unsigned long long)(&{place})" for place in places)
+    lines = [
+        f"// the row{'s' if len(rows) > 1 else ''} below held in registers, {per} {VECTOR_BYTES}-byte "
+        "vectors a thread, where",
+        "// they fit, the passes reading them there (other sizes: the loops as written)",
+        f"constexpr int {per} = {vectors};",
+        f"const bool {held} = {bound} <= {per} * {width} * {group} && {bound} % {width} == 0 && "
+        f"(({aligned}) & {VECTOR_BYTES - 1}) == 0;",
+    ]
+    for row in rows:
+        held_row = names[_register_name(tree, row)]
+        lines.append(f"alignas({VECTOR_BYTES}) {row.element} {held_row}[{per} * {width}];")
+    loads = []
+    for row in rows:
+        at = row_stage._spelled_at(tree, row.reads[0], first)
+        loads += [
+            f"        if ({first} < {bound})",
+            f"            *reinterpret_cast<uint4*>(&{names[_register_name(tree, row)]}[{u} * {width}]) =",
+            f"                *reinterpret_cast<const uint4*>(&{at});",
+        ]
+    lines += [
+        f"if ({held}) {{",
+        "    #pragma unroll",
+        f"    for (int {u} = 0; {u} < {per}; ++{u}) {{",
+        f"        const int {first} = (({start}) + {u} * ({step})) * {width};",
+        *loads,
+        "    }",
+        "}",
+    ]
+    indent = line_indent(tree, loop.node)
+    at = loop.node.start_byte
+    return [(at, at, f"\n{indent}".join(lines) + f"\n{indent}")]
+
+
+def _pass(
+    tree: KernelTree,
+    facts: KernelFacts,
+    loop: Loop,
+    rows: list[row_stage._Row],
+    names: dict[str, str],
+    width: int,
+    start: str,
+    step: str,
+    first: str,
+    taken: set[str],
+) -> Edit:
+    """One pass: on the registers where the row is held (its other arrays 16 bytes at a time, where they
+    are aligned), else as written."""
+    if any(n.type in ("continue_statement", "break_statement", "return_statement") for n in walk(loop.body)):
+        raise _Unsupported("a jump in a pass")
+    row_nodes = {
+        (access.node.start_byte, access.node.end_byte): names[_register_name(tree, row)]
+        for row in rows
+        for variable, access in row.reads
+        if variable == loop.variable
+    }
+    others = [a for a in facts.accesses_in(loop) if (a.node.start_byte, a.node.end_byte) not in row_nodes]
+    for access in others:
+        if access.node.type != "subscript_expression" or access.stride(loop.variable) != Form.constant(1):
+            raise _Unsupported(f"{access.array} is not touched at base + {loop.variable} in a pass")
+        if access.element_bytes is None or VECTOR_BYTES // access.element_bytes != width:
+            raise _Unsupported(f"{access.array}'s elements are not the row's size")
+    for array in {a.array for a in others if a.write}:
+        # its elements now go to other threads: only this pass, at this one place, may touch them (a later
+        # pass on the loops as written would read another thread's stores)
+        places = {a.offset.text() for a in others if a.array == array}
+        if len(places) != 1 or any(a.array == array and a not in others for a in facts.accesses):
+            raise _Unsupported(f"{array} is stored in a pass and touched elsewhere")
+    u, e, per, held = names["u"], names["e"], names["PER"], names["held"]
+    streams = vector_loop._streams(tree, loop, others, first, taken, width)
+    registers = {
+        **{span: f"{name}[{u} * {width} + {e}]" for span, name in row_nodes.items()},
+        **{(n.start_byte, n.end_byte): f"{s.name}[{e}]" for s in streams for n in s.nodes},
+    }
+    body = vector_loop._body_text(tree, loop, [], e, registers)
+    initializer = loop.node.child_by_field_name("initializer")
+    assert initializer is not None  # row_stage._header read it
+    kind = vector_loop._declared_type(tree, loop, initializer)
+    step_lines = vector_loop._vector_step(streams, body, kind, loop.variable, width, first, e, "    ")
+    at_zero = vector_loop._streams(tree, loop, others, "0", set(taken), width)
+    aligned = "".join(f" && ((unsigned long long)({s.place}) & {VECTOR_BYTES - 1}) == 0" for s in at_zero)
+    indent = line_indent(tree, loop.node)
+    original = vector_loop._reindented(tree.text(loop.node), indent, indent + "    ")
+    lines = [
+        f"if ({held}{aligned}) {{",
+        "    #pragma unroll",
+        f"    for (int {u} = 0; {u} < {per}; ++{u}) {{",
+        f"        const int {first} = (({start}) + {u} * ({step})) * {width};",
+        f"        if ({first} < {as_factor(_bound_text(tree, loop))}) {{",
+        *(f"    {line}" for line in step_lines),
+        "        }",
+        "    }",
+        "} else {",
+        f"    {original}",
+        "}",
+    ]
+    return (loop.node.start_byte, loop.node.end_byte, f"\n{indent}".join(lines))
+
+
+def _bound_text(tree: KernelTree, loop: Loop) -> str:
+    condition = loop.node.child_by_field_name("condition")
+    if condition is None:
+        raise _Unsupported("a pass without a bound")
+    return vector_loop._bound_text(tree, condition, loop.variable)
+
+
+def _register_name(tree: KernelTree, row: row_stage._Row) -> str:
+    """`inp_row_r` for a row read as `inp_row[j]`: the name the kernel reads it by, held."""
+    array = row.reads[0][1].node.child_by_field_name("argument")
+    return f"{vector_loop._stem(tree.text(array)) if array is not None else row.array}_r"
