@@ -455,6 +455,10 @@ class _Host:
             return
         pieces, position = [], 0
         for kernel in sorted(kernels, key=lambda k: k.start_byte):
+            if kernel.has_errors:
+                # a kernel the parser recovered from may span host code after it (a launcher, its
+                # launch), which the program still reads: its bytes count as the host's
+                continue
             pieces.append(data[position : kernel.start_byte])
             # Its line count stays: the host code's lines, which the inferred specs cite, move with it.
             pieces.append(str(data.count(b"\n", kernel.start_byte, kernel.end_byte)).encode())

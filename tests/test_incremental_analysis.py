@@ -9,7 +9,7 @@ import pytest
 from cuda_agent.agent import kernels, parsing, targets
 from cuda_agent.agent.spec import parse
 from cuda_agent.server.documents import Analysis, analyse
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +85,9 @@ HOST_SNIPPETS = ["", "x", "\n", "}", "2", "0", "(", "int n = 5;\n", "#define N 3
         max_size=4,
     )
 )
+# A body cut short (the kernel then spans its launcher), then an argument of the launch removed: the
+# host code's digest once left out the broken kernel's bytes, the launch among them, and kept stale facts.
+@example(edits=[(0, 13, ""), (3020, 24, ""), (3291, 4, "")])
 def test_specs_inferred_from_the_host_code_follow_every_edit(edits: list[tuple[int, int, str]]) -> None:
     """What the host code says is kept between edits that cannot change it; kept or not, the specs are the
     fresh analysis's."""
