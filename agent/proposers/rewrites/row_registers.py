@@ -126,10 +126,12 @@ def _load(
     group = "32" if threads == 32 else "blockDim.x"
     places = [row_stage._spelled_at(tree, row.reads[0], "0") for row in rows]
     aligned = " | ".join(f"(unsigned long long)(&{place})" for place in places)
+    plural = len(rows) > 1
+    subject, it = ("these rows", "they") if plural else ("the row", "it")
     lines = [
-        f"// the row{'s' if len(rows) > 1 else ''} below held in registers, {per} {VECTOR_BYTES}-byte "
-        "vectors a thread, where",
-        "// they fit, the passes reading them there (other sizes: the loops as written)",
+        f"// {subject} held in registers where {it} fit{'' if plural else 's'}, {per} {VECTOR_BYTES}-byte "
+        "vectors a thread,",
+        f"// the passes reading {'them' if plural else 'it'} there (other sizes: the loops as written)",
         f"constexpr int {per} = {vectors};",
         f"const bool {held} = {bound} <= {per} * {width} * {group} && {bound} % {width} == 0 && "
         f"(({aligned}) & {VECTOR_BYTES - 1}) == 0;",
