@@ -18,6 +18,9 @@ row is regrouped, as vector-loop's is.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.facts import Loop
 from cuda_agent.agent.analysis.forms import Form
@@ -59,6 +62,30 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where a thread's share of the rows sits in its registers, and the names the rewrite declares."""
+
+    width: int  # elements a vector
+    per: str  # the constant: vectors a thread holds
+    held: str  # the flag: the rows are held (fast path)
+    u: str  # the vector's number
+    e: str  # the element's within it
+    first: str  # the vector's first element in the row
+    start: str  # the passes' start and step as written (`lane`, `32`)
+    step: str
+    bound: str  # the row's length, in the kernel's terms
+    registers: dict[str, str]  # each row's array: its registers
+
+    def vectors(self) -> list[str]:
+        """The opening of the loop over a thread's vectors, up to the line where its first element is."""
+        return [
+            "    #pragma unroll",
+            f"    for (int {self.u} = 0; {self.u} < {self.per}; ++{self.u}) {{",
+            f"        const int {self.first} = (({self.start}) + {self.u} * ({self.step})) * {self.width};",
+        ]
+
+
 def _held(tree: KernelTree, facts: KernelFacts) -> Candidate:
     target = tree.target
     assert target.spec is not None
@@ -81,14 +108,25 @@ def _held(tree: KernelTree, facts: KernelFacts) -> Candidate:
     vectors = -(-length // (threads * width))
     if vectors * len(rows) > MAX_VECTORS:
         raise _Unsupported("rows longer than a thread's registers hold")
-    bound = as_factor(bound_terms(tree, passes[0].bound)[0])
+    wanted = {row.array: _register_name(tree, row) for row in rows}
+    names = local_names(tree, "PER", "held", "u", "e", f"{passes[0].variable}0", *wanted.values())
     start, step = row_stage._header(tree, passes[0])
-    names = local_names(tree, "PER", "held", "u", "e", *(_register_name(tree, r) for r in rows))
-    first = local_names(tree, f"{passes[0].variable}0")[f"{passes[0].variable}0"]
-    edits = _load(tree, passes[0], rows, names, vectors, width, bound, start, step, threads, first)
+    layout = _Layout(
+        width=width,
+        per=names["PER"],
+        held=names["held"],
+        u=names["u"],
+        e=names["e"],
+        first=names[f"{passes[0].variable}0"],
+        start=start,
+        step=step,
+        # the passes share one header (row_stage._passes), so one bound
+        bound=as_factor(bound_terms(tree, passes[0].bound)[0]),
+        registers={array: names[name] for array, name in wanted.items()},
+    )
+    edits = [_load(tree, passes[0], rows, layout, vectors, group.warp)]
     taken = tree.names() | set(names.values())
-    for loop in passes:
-        edits.append(_pass(tree, facts, loop, rows, names, width, start, step, first, taken))
+    edits += [_pass(tree, facts, loop, rows, layout, taken) for loop in passes]
     rows_text = ", ".join(r.array for r in rows)
     who = "warp" if group.warp else "block"
     description = (
@@ -103,62 +141,45 @@ def _held(tree: KernelTree, facts: KernelFacts) -> Candidate:
         description=description,
         proposer=PROPOSER,
         assumptions=(
-            "the sums over the row are regrouped, four neighbouring elements a thread (within tolerance)",
+            f"the sums over the row are regrouped, {width} neighbouring elements a thread (within tolerance)",
         ),
     )
 
 
 def _load(
-    tree: KernelTree,
-    loop: Loop,
-    rows: list[row_stage._Row],
-    names: dict[str, str],
-    vectors: int,
-    width: int,
-    bound: str,
-    start: str,
-    step: str,
-    threads: int,
-    first: str,
-) -> list[Edit]:
+    tree: KernelTree, loop: Loop, rows: list[row_stage._Row], layout: _Layout, vectors: int, warp: bool
+) -> Edit:
     """Before the first pass: the fast path's condition, the registers, and the rows loaded into them."""
-    per, held, u = names["PER"], names["held"], names["u"]
-    group = "32" if threads == 32 else "blockDim.x"
+    x = layout
+    group = "32" if warp else "blockDim.x"
     places = [row_stage._spelled_at(tree, row.reads[0], "0") for row in rows]
     aligned = " | ".join(f"(unsigned long long)(&{place})" for place in places)
     plural = len(rows) > 1
     subject, it = ("these rows", "they") if plural else ("the row", "it")
     lines = [
-        f"// {subject} held in registers where {it} fit{'' if plural else 's'}, {per} {VECTOR_BYTES}-byte "
+        f"// {subject} held in registers where {it} fit{'' if plural else 's'}, {x.per} {VECTOR_BYTES}-byte "
         "vectors a thread,",
         f"// the passes reading {'them' if plural else 'it'} there (other sizes: the loops as written)",
-        f"constexpr int {per} = {vectors};",
-        f"const bool {held} = {bound} <= {per} * {width} * {group} && {bound} % {width} == 0 && "
+        f"constexpr int {x.per} = {vectors};",
+        f"const bool {x.held} = {x.bound} <= {x.per} * {x.width} * {group} && {x.bound} % {x.width} == 0 && "
         f"(({aligned}) & {VECTOR_BYTES - 1}) == 0;",
     ]
+    lines += [
+        f"alignas({VECTOR_BYTES}) {row.element} {x.registers[row.array]}[{x.per} * {x.width}];"
+        for row in rows
+    ]
+    lines += [f"if ({x.held}) {{", *x.vectors()]
     for row in rows:
-        held_row = names[_register_name(tree, row)]
-        lines.append(f"alignas({VECTOR_BYTES}) {row.element} {held_row}[{per} * {width}];")
-    loads = []
-    for row in rows:
-        at = row_stage._spelled_at(tree, row.reads[0], first)
-        loads += [
-            f"        if ({first} < {bound})",
-            f"            *reinterpret_cast<uint4*>(&{names[_register_name(tree, row)]}[{u} * {width}]) =",
+        at = row_stage._spelled_at(tree, row.reads[0], x.first)
+        lines += [
+            f"        if ({x.first} < {x.bound})",
+            f"            *reinterpret_cast<uint4*>(&{x.registers[row.array]}[{x.u} * {x.width}]) =",
             f"                *reinterpret_cast<const uint4*>(&{at});",
         ]
-    lines += [
-        f"if ({held}) {{",
-        "    #pragma unroll",
-        f"    for (int {u} = 0; {u} < {per}; ++{u}) {{",
-        f"        const int {first} = (({start}) + {u} * ({step})) * {width};",
-        *loads,
-        "    }",
-        "}",
-    ]
+    lines += ["    }", "}"]
     indent = line_indent(tree, loop.node)
     at = loop.node.start_byte
-    return [(at, at, f"\n{indent}".join(lines) + f"\n{indent}")]
+    return (at, at, f"\n{indent}".join(lines) + f"\n{indent}")
 
 
 def _pass(
@@ -166,19 +187,16 @@ def _pass(
     facts: KernelFacts,
     loop: Loop,
     rows: list[row_stage._Row],
-    names: dict[str, str],
-    width: int,
-    start: str,
-    step: str,
-    first: str,
+    layout: _Layout,
     taken: set[str],
 ) -> Edit:
     """One pass: on the registers where the row is held (its other arrays 16 bytes at a time, where they
     are aligned), else as written."""
+    x = layout
     if any(n.type in ("continue_statement", "break_statement", "return_statement") for n in walk(loop.body)):
         raise _Unsupported("a jump in a pass")
     row_nodes = {
-        (access.node.start_byte, access.node.end_byte): names[_register_name(tree, row)]
+        (access.node.start_byte, access.node.end_byte): x.registers[row.array]
         for row in rows
         for variable, access in row.reads
         if variable == loop.variable
@@ -187,7 +205,7 @@ def _pass(
     for access in others:
         if access.node.type != "subscript_expression" or access.stride(loop.variable) != Form.constant(1):
             raise _Unsupported(f"{access.array} is not touched at base + {loop.variable} in a pass")
-        if access.element_bytes is None or VECTOR_BYTES // access.element_bytes != width:
+        if access.element_bytes is None or VECTOR_BYTES // access.element_bytes != x.width:
             raise _Unsupported(f"{access.array}'s elements are not the row's size")
     for array in {a.array for a in others if a.write}:
         # its elements now go to other threads: only this pass, at this one place, may touch them (a later
@@ -195,27 +213,25 @@ def _pass(
         places = {a.offset.text() for a in others if a.array == array}
         if len(places) != 1 or any(a.array == array and a not in others for a in facts.accesses):
             raise _Unsupported(f"{array} is stored in a pass and touched elsewhere")
-    u, e, per, held = names["u"], names["e"], names["PER"], names["held"]
-    streams = vector_loop._streams(tree, loop, others, first, taken, width)
+    streams = vector_loop._streams(tree, loop, others, x.first, taken, x.width)
     registers = {
-        **{span: f"{name}[{u} * {width} + {e}]" for span, name in row_nodes.items()},
-        **{(n.start_byte, n.end_byte): f"{s.name}[{e}]" for s in streams for n in s.nodes},
+        **{span: f"{name}[{x.u} * {x.width} + {x.e}]" for span, name in row_nodes.items()},
+        **{(n.start_byte, n.end_byte): f"{s.name}[{x.e}]" for s in streams for n in s.nodes},
     }
-    body = vector_loop._body_text(tree, loop, [], e, registers)
+    body = vector_loop._body_text(tree, loop, [], x.e, registers)
     initializer = loop.node.child_by_field_name("initializer")
     assert initializer is not None  # row_stage._header read it
     kind = vector_loop._declared_type(tree, loop, initializer)
-    step_lines = vector_loop._vector_step(streams, body, kind, loop.variable, width, first, e, "    ")
-    at_zero = vector_loop._streams(tree, loop, others, "0", set(taken), width)
-    aligned = "".join(f" && ((unsigned long long)({s.place}) & {VECTOR_BYTES - 1}) == 0" for s in at_zero)
+    step_lines = vector_loop._vector_step(streams, body, kind, loop.variable, x.width, x.first, x.e, "    ")
+    # each array's alignment at the row's start, which a thread's vectors keep (`first` is a fresh name)
+    at_start = [re.sub(rf"\b{x.first}\b", "0", s.place) for s in streams]
+    aligned = "".join(f" && ((unsigned long long)({place}) & {VECTOR_BYTES - 1}) == 0" for place in at_start)
     indent = line_indent(tree, loop.node)
     original = vector_loop._reindented(tree.text(loop.node), indent, indent + "    ")
     lines = [
-        f"if ({held}{aligned}) {{",
-        "    #pragma unroll",
-        f"    for (int {u} = 0; {u} < {per}; ++{u}) {{",
-        f"        const int {first} = (({start}) + {u} * ({step})) * {width};",
-        f"        if ({first} < {as_factor(_bound_text(tree, loop))}) {{",
+        f"if ({x.held}{aligned}) {{",
+        *x.vectors(),
+        f"        if ({x.first} < {x.bound}) {{",
         *(f"    {line}" for line in step_lines),
         "        }",
         "    }",
@@ -224,13 +240,6 @@ def _pass(
         "}",
     ]
     return (loop.node.start_byte, loop.node.end_byte, f"\n{indent}".join(lines))
-
-
-def _bound_text(tree: KernelTree, loop: Loop) -> str:
-    condition = loop.node.child_by_field_name("condition")
-    if condition is None:
-        raise _Unsupported("a pass without a bound")
-    return vector_loop._bound_text(tree, condition, loop.variable)
 
 
 def _register_name(tree: KernelTree, row: row_stage._Row) -> str:

@@ -25,6 +25,7 @@ from cuda_agent.agent.proposers.tree import (
     accessed_array,
     candidate_from,
     fresh_names,
+    identifiers_in,
     line_indent,
     local_names,
     shared_arrays,
@@ -484,13 +485,8 @@ def _vector_step(
 def _moves_only_by_steps(tree: KernelTree, loop: Loop, streams: list[_Stream], first: str) -> bool:
     """Whether every vector's address moves with the loop variable alone: nothing else its index reads is
     assigned in the body, so a step (whole vectors) keeps each array's alignment as the first step had it."""
-    assigned = assigned_names(loop.body)
-    read = {word for s in streams for word in _words(s.place)} - {first}
-    return not read & assigned
-
-
-def _words(written: str) -> list[str]:
-    return "".join(c if c.isalnum() or c == "_" else " " for c in written).split()
+    read = {name for s in streams for name in identifiers_in(tree, s.place)} - {first}
+    return not read & assigned_names(loop.body)
 
 
 def _added_to(tree: KernelTree, call: Node) -> tuple[Node, Node] | None:
@@ -525,7 +521,7 @@ def _per_array(streams: list[_Stream]) -> str:
 
 
 def _uses(lines: list[str], name: str) -> bool:
-    return any(name in _words(line) for line in lines)
+    return any(name in "".join(c if c.isalnum() or c == "_" else " " for c in line).split() for line in lines)
 
 
 def _reindented(original: str, old: str, new: str) -> str:

@@ -16,7 +16,14 @@ import re
 from collections.abc import Iterator
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, kernel_tree, walk
+from cuda_agent.agent.proposers.tree import (
+    Edit,
+    KernelTree,
+    candidate_from,
+    declarator_name,
+    kernel_tree,
+    walk,
+)
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -38,10 +45,11 @@ def propose_single_precision(target: KernelTarget) -> list[Candidate]:
     spec = target.spec
     if tree is None or spec is None or any(a.dtype in _WIDE_DTYPES for a in spec.arguments):
         return []
-    functions = [tree.definition, *_called_functions(tree)]
+    definitions, macros = _file_names(tree)
+    functions = [tree.definition, *_called_functions(tree, definitions)]
     if any(n.type == "primitive_type" and tree.text(n) == "double" for f in functions for n in walk(f)):
         return []
-    constants = _DOUBLE_CONSTANTS | _double_macros(tree)
+    constants = _DOUBLE_CONSTANTS | macros
     edits: list[Edit] = []
     for function in functions:
         body = function.child_by_field_name("body")
@@ -70,20 +78,6 @@ def propose_single_precision(target: KernelTarget) -> list[Candidate]:
     ]
 
 
-def _double_macros(tree: KernelTree) -> frozenset[str]:
-    """The file's `#define EPS 1e-5`: a double literal behind a name, as math.h's are."""
-    found = set()
-    for node in _top_level(tree.root):
-        if node.type != "preproc_def":
-            continue
-        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
-        if name is not None and value is not None:
-            written = tree.text(value).strip().strip("()").strip()
-            if _DOUBLE_LITERAL.fullmatch(written.lstrip("-")) and not written.lstrip("-").isdigit():
-                found.add(tree.text(name))
-    return frozenset(found)
-
-
 def _top_level(root: Node) -> Iterator[Node]:
     """The file's declarations outside functions, those under `#if`s included (not a body's nodes)."""
     for node in root.named_children:
@@ -95,27 +89,45 @@ def _top_level(root: Node) -> Iterator[Node]:
 def _edits(tree: KernelTree, body: Node, constants: frozenset[str]) -> list[Edit]:
     edits: list[Edit] = []
     for node in walk(body):
+        if node.type not in ("number_literal", "identifier"):
+            continue
         written = tree.text(node)
-        if node.type == "number_literal" and _DOUBLE_LITERAL.fullmatch(written) and not written.isdigit():
+        if node.type == "number_literal" and _double_literal(written):
             edits.append((node.end_byte, node.end_byte, "f"))
         elif node.type == "identifier" and written in constants:
             edits.append((node.start_byte, node.end_byte, f"((float){written})"))
     return edits
 
 
-def _called_functions(tree: KernelTree) -> list[Node]:
-    """The file's function definitions the kernel calls, directly or through each other (templates
-    included): a helper's `1.0` is the kernel's as much as its own."""
-    defined: dict[str, Node] = {}
+def _double_literal(written: str) -> bool:
+    return _DOUBLE_LITERAL.fullmatch(written) is not None and not written.isdigit()
+
+
+def _file_names(tree: KernelTree) -> tuple[dict[str, Node], frozenset[str]]:
+    """In one pass over the file's top level: its function definitions by name (templates included, the
+    kernel left out) and its `#define EPS 1e-5`s, double literals behind a name as math.h's are."""
+    definitions: dict[str, Node] = {}
+    macros = set()
     for node in _top_level(tree.root):
+        if node.type == "preproc_def":
+            name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+            written = tree.text(value).strip().strip("()").strip().lstrip("-") if value is not None else ""
+            if name is not None and _double_literal(written):
+                macros.add(tree.text(name))
+            continue
         definition = node
         if node.type == "template_declaration":
             definition = next((c for c in node.named_children if c.type == "function_definition"), node)
-        if definition.type != "function_definition" or definition == tree.definition:
-            continue
-        name = _function_name(definition)
-        if name:
-            defined.setdefault(name, definition)
+        if definition.type == "function_definition" and definition != tree.definition:
+            name = declarator_name(definition)
+            if name:
+                definitions.setdefault(name, definition)
+    return definitions, frozenset(macros)
+
+
+def _called_functions(tree: KernelTree, defined: dict[str, Node]) -> list[Node]:
+    """The file's functions (`defined`) the kernel calls, directly or through each other: a helper's `1.0`
+    is the kernel's as much as its own."""
     found: list[Node] = []
     pending = [tree.definition]
     while pending:
@@ -130,11 +142,3 @@ def _called_functions(tree: KernelTree) -> list[Node]:
                 found.append(callee)
                 pending.append(callee)
     return found
-
-
-def _function_name(definition: Node) -> str | None:
-    declarator = definition.child_by_field_name("declarator")
-    while declarator is not None and declarator.type in ("pointer_declarator", "reference_declarator"):
-        declarator = declarator.child_by_field_name("declarator")
-    name = declarator.child_by_field_name("declarator") if declarator is not None else None
-    return None if name is None else name.text.decode("utf-8") if name.text else None
