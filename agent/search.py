@@ -37,6 +37,7 @@ from cuda_agent.agent.proposers.rewrites import (
     row_registers,
     row_stage,
     shared_loop,
+    stride_loop,
     vector_loop,
     warp_per_output,
     y_split,
@@ -67,6 +68,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     row_loop.PROPOSER: (warp_per_output.PROPOSER,),
     # a row shared by several blocks: a thread then takes one 16-byte vector of it, or a few
     row_blocks.PROPOSER: (vector_loop.PROPOSER,),
+    # a thread's few elements along x in a strided loop: each step then one 16-byte vector an array
+    stride_loop.PROPOSER: (vector_loop.PROPOSER,),
     # two passes made one leave a plain reduction, to split across lanes like any other
     fuse_passes.PROPOSER: (warp_per_output.PROPOSER, y_split.PROPOSER),
     # an online softmax's pair as two plain reductions: split across lanes like the classic form
@@ -96,6 +99,7 @@ CHAINED = (
     block_to_loop.PROPOSER,
     row_loop.PROPOSER,
     row_blocks.PROPOSER,
+    stride_loop.PROPOSER,
     look_back.PROPOSER,
 )
 # Rewrites whose kernels are written for their own block (the tiled GEMMs: 256 threads, each loading its
@@ -326,8 +330,10 @@ def _chained(
     depth: int = 1,
 ) -> list[list[Candidate]]:
     base_target = reloaded_target(original, base.source, base.kernel_name)
-    if base_target is None:
+    if base_target is None or base_target.spec is None:
         return []
+    if base.launch is not None:  # the file's spec may not say it (an accessor kernel's is the user's)
+        base_target = replace(base_target, spec=replace(base_target.spec, launch=base.launch))
     groups = []
     for name in FOLLOW_UPS.get(lineage(base)[-1], ()):
         if name not in proposers:

@@ -23,6 +23,7 @@ from cuda_agent.agent.proposers.rewrites import (
     row_registers,
     row_stage,
     shared_loop,
+    stride_loop,
     swap_axes,
     untile,
     vector_loop,
@@ -44,6 +45,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     swap_axes.PROPOSER: swap_axes.propose,
     coarsen.PROPOSER: coarsen.propose,
     vector_loop.PROPOSER: vector_loop.propose,
+    stride_loop.PROPOSER: stride_loop.propose,
     promote.PROPOSER: promote.propose,
     inline_helper.PROPOSER: inline_helper.propose,
     # before shared-loop and block-coarsen: where it applies, its chain (a warp a block, 16-byte loads)

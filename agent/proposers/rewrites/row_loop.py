@@ -36,13 +36,12 @@ from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.values import Values, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
+from cuda_agent.agent.proposers.rewrites._one_thread import Unsupported, check_statements, declared_once
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     build_candidate,
     declarator_name,
     identifiers,
-    inside_loop,
-    is_barrier,
     local_names,
     reindent,
     single_declaration,
@@ -64,16 +63,8 @@ MIN_COLUMNS = 32
 # loads, and the row's own work is done once a few columns (3x3/2 max pooling on the H100: 2 columns
 # 0.092 ms, the thread an element 0.109, torch.compile 0.097; 4 columns 0.118)
 COLUMN_GROUPS = (2,)
-# What the work after the bounds check must not do: each would then happen once an iteration of one
-# thread, or with other threads than the original's (atomics are fine: one thread does the row's in turn).
-_EFFECTS = ("__shfl", "__ballot", "__any", "__all", "__syncwarp", "__activemask", "__match", "__reduce")
-_EFFECTS += ("__syncthreads", "__threadfence", "cooperative_groups", "warpSize", "this_thread_block")
 # Declarations a row's thread may compute once: no side effects in their values.
 _SIDE_EFFECTS = ("atomic", "printf", "assert", "curand")
-
-
-class _Unsupported(Exception):
-    """Not this shape, or not provably the same elements computed; the message says why."""
 
 
 @dataclass
@@ -110,7 +101,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     try:
         return [_rewrite(tree, facts, spec.launch, group) for group in (1, *COLUMN_GROUPS)]
-    except (_Unsupported, NotInSizes):
+    except (Unsupported, NotInSizes):
         return []
 
 
@@ -118,15 +109,15 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec, group: in
     index = _flat_index(tree, facts)
     guard = facts.guard
     if guard is None or guard.others or len(guard.bounds) != 1 or guard.bounds[0].index != index.name:
-        raise _Unsupported("the bounds check is not on the flat index alone")
+        raise Unsupported("the bounds check is not on the flat index alone")
     body = [c for c in tree.body.named_children]
     code = [c for c in body if c.type != "comment"]
     at, checked = code.index(index.declaration), code.index(guard.statement)
     if checked < at:
-        raise _Unsupported("the bounds check comes before the index")
+        raise Unsupported("the bounds check comes before the index")
     middle = [c for c in body if index.declaration.end_byte <= c.start_byte < guard.statement.start_byte]
     if any(c.type not in ("declaration", "comment") for c in middle):
-        raise _Unsupported("statements with effects between the index and its bounds check")
+        raise Unsupported("statements with effects between the index and its bounds check")
     staying, middle = _apart(tree, middle, index.name)
     if guard.early_return:
         work = middle + [c for c in body if c.start_byte >= guard.statement.end_byte]
@@ -181,29 +172,16 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec, group: in
 def _flat_index(tree: KernelTree, facts: KernelFacts) -> ThreadIndex:
     flat = [i for i in facts.indices if i.direct]
     if len(flat) != 1 or flat[0].axis != "x":
-        raise _Unsupported("not one flat index along x")
-    (index,) = flat
-    if index.declaration.parent != tree.body or single_declaration(index.declaration, tree) is None:
-        raise _Unsupported("the index is not declared alone at the kernel's top level")
-    if index.name in assigned_names(tree.body):
-        raise _Unsupported("the index is assigned after its declaration")
-    return index
+        raise Unsupported("not one flat index along x")
+    return declared_once(tree, flat[0])
 
 
 def _check_work(tree: KernelTree, facts: KernelFacts, work: list[Node], index: str) -> None:
+    # atomics are fine: one thread does the row's in turn
     spans = [(w.start_byte, w.end_byte) for w in work]
     if any(any(a <= n.start_byte < b for a, b in spans) for n in facts.thread_uses):
-        raise _Unsupported("the work reads the thread's identity")
-    for statement in work:
-        for node in walk(statement):
-            if node.type == "return_statement":
-                raise _Unsupported("a return in the work (it would end the row, not the element)")
-            if node.type in ("break_statement", "continue_statement") and not inside_loop(node, statement):
-                raise _Unsupported("a jump out of the work")
-            if node.type == "identifier" and tree.text(node).startswith(_EFFECTS):
-                raise _Unsupported(f"{tree.text(node)}: a warp- or block-level operation")
-            if node.type == "expression_statement" and is_barrier(node, tree):
-                raise _Unsupported("a barrier")
+        raise Unsupported("the work reads the thread's identity")
+    check_statements(tree, work)
 
 
 def _values_before(tree: KernelTree, before: list[Node]) -> Values:
@@ -232,14 +210,14 @@ def _split(
             if unwrap(left).type == "identifier" and tree.text(unwrap(left)) == index.name:
                 divisor = values.form(right)
                 if divisor.is_constant() and (divisor.value() or 0) <= 0:
-                    raise _Unsupported("a division by a number that is not positive")
+                    raise Unsupported("a division by a number that is not positive")
                 if any(a.startswith("⟨") or "." in a for a in divisor.atoms()):
-                    raise _Unsupported("a divisor that is not made of sizes")
+                    raise Unsupported("a divisor that is not made of sizes")
                 found.append((node, operator.type, divisor, right))
     divisors = [d for _, _, d, _ in found]
     smallest = [d for d in divisors if all(exact_quotient(other, d) is not None for other in divisors)]
     if not smallest:
-        raise _Unsupported("the index is not taken apart by multiples of one size")
+        raise Unsupported("the index is not taken apart by multiples of one size")
     columns = smallest[0]
     columns_node = next(n for _, _, d, n in found if d == columns)
     columns_text = as_factor(_in_scope(tree, columns_node, columns, before))
@@ -295,7 +273,7 @@ def _in_scope(tree: KernelTree, node: Node, form: Form, before: list[Node]) -> s
         return tree.text(node)
     text = spelled(form, {})
     if "⟨" in text:
-        raise _Unsupported("a divisor the loop cannot spell")
+        raise Unsupported("a divisor the loop cannot spell")
     return text
 
 
@@ -310,9 +288,9 @@ def _rows_by_sizes(tree: KernelTree, bound: Form, bound_text: str, split: _Split
             sizes = complete_sizes(spec, overrides)
             whole = evaluate(columns, sizes) > 0 and evaluate(elements, sizes) % evaluate(columns, sizes) == 0
         except (ExpressionError, SpecResolveError, ArithmeticError, TypeError) as exc:
-            raise _Unsupported(f"the bound is not known at every size: {exc}") from exc
+            raise Unsupported(f"the bound is not known at every size: {exc}") from exc
         if not whole:
-            raise _Unsupported("the bound is not a whole number of rows")
+            raise Unsupported("the bound is not a whole number of rows")
     return f"{as_factor(bound_text)} / {split.columns_text}", f"{as_factor(elements)} // {as_factor(columns)}"
 
 
@@ -328,11 +306,11 @@ def _check_coverage(tree: KernelTree, launch: LaunchSpec, bound: str, rows: str,
         columns = evaluate(bound_terms(tree, split.columns)[1], spec.sizes)
         elements = evaluate(rows, spec.sizes) * columns
     except (ExpressionError, ArithmeticError, NotInSizes, TypeError) as exc:
-        raise _Unsupported(f"the launch's reach is not known: {exc}") from exc
+        raise Unsupported(f"the launch's reach is not known: {exc}") from exc
     if threads < elements:
-        raise _Unsupported(f"the launch reaches {threads} of the {elements} elements below {bound}")
+        raise Unsupported(f"the launch reaches {threads} of the {elements} elements below {bound}")
     if elements // columns < MIN_ROWS or columns < MIN_COLUMNS:
-        raise _Unsupported(f"{elements // columns} rows of {columns}: too few or too short to split")
+        raise Unsupported(f"{elements // columns} rows of {columns}: too few or too short to split")
 
 
 # -- the new body -----------------------------------------------------------------------------------------
@@ -364,7 +342,7 @@ def _body(tree: KernelTree, layout: _Layout, split: _Split, rows: str, group: in
     kept = [w for w in work if w.start_byte not in split.removed]
     hoisted, looped = _hoistable(tree, kept, split)
     if not any(s.type != "comment" for s in looped):
-        raise _Unsupported("nothing a column does")
+        raise Unsupported("nothing a column does")
     loop_type = prefix.replace("const", "").strip() or "int"
     inner = outer if early_return else outer + unit
     columns = split.columns_text

@@ -237,7 +237,7 @@ def _streams(
         place = f"&{tree.text(array)}[{_at_first(tree, loop, index.named_children[0], first)}]"
         stored = any(a.write for a in group)
         conditional = any(a.write and not _unconditional(a.node, loop) for a in group)
-        loaded = any(a.read for a in group) or conditional
+        loaded = _loaded(group, loop, conditional)
         bounds = _vector_bounds(tree, loop, group, index.named_children[0], first, width)
         (name,) = fresh_names(taken, f"{_stem(tree.text(array))}_v")
         nodes = tuple(a.node for a in group)
@@ -249,6 +249,27 @@ def _streams(
             continue
         streams.append(_Stream(name, parameter.type, place, loaded, stored, nodes, bounds, bytes=share))
     return streams
+
+
+def _loaded(group: list[Access], loop: Loop, conditional: bool) -> bool:
+    """Whether the step must load the element: it is read, or stored only under a condition (the whole
+    vector is stored back), unless a plain store every iteration comes first (`c[i] = a; h[i] = f(c[i]);`:
+    the read is of the value just stored, and that store defines the whole vector)."""
+    reads = [a for a in group if a.read]
+    first = min(
+        (_statement(a.node) for a in group if a.write and not a.read and _unconditional(a.node, loop)),
+        key=lambda statement: statement.start_byte if statement is not None else -1,
+        default=None,
+    )
+    if first is None or first.parent != loop.body:
+        return bool(reads) or conditional
+    return any(a.node.start_byte < first.end_byte for a in reads)
+
+
+def _statement(node: Node) -> Node | None:
+    while node.parent is not None and node.type != "expression_statement":
+        node = node.parent
+    return node if node.type == "expression_statement" else None
 
 
 def _vector_bounds(
