@@ -267,6 +267,8 @@ __device__ {kind} {name}(const {kind}* a, long long per_block)
     // the block's own sum; the last block's is no other block's prefix, and is not read
     {kind} own = 0;
     if (block + 1 < gridDim.x) {{
+        // unrolled: the lane's loads all in flight at once, not one latency each (16 for 512 elements)
+        #pragma unroll 16
         for (long long k = lane; k < per_block; k += 32) own += a[block * per_block + k];
         for (int offset = 16; offset > 0; offset >>= 1) own += __shfl_xor_sync(0xffffffffu, own, offset);
         const unsigned long long flag = (block == 0 ? 2ull : 1ull) << 32;  // the first block's is a prefix
