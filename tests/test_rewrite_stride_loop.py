@@ -173,6 +173,8 @@ def test_an_early_return_over_both_axes_keeps_the_rows_check_before_the_loop() -
             "M",
         ),
         ("if (col < N) {", "if (col < N && a[col] > 0) {", "a data-dependent conjunct"),
+        ("int base = row * N;", "int base = row * N; float seen = atomicAdd(&out[0], 1.0f);", "atomic"),
+        ("b[col];\n    }\n", "b[col];\n    } else {\n        out[0] = 1.0f;\n    }\n", "else"),
     ],
 )
 def test_work_that_depends_on_being_one_thread_an_element_is_left_alone(old: str, new: str, why: str) -> None:

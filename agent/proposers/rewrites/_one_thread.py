@@ -16,6 +16,10 @@ EFFECTS = ("__shfl", "__ballot", "__any", "__all", "__syncwarp", "__activemask",
 EFFECTS += ("__syncthreads", "__threadfence", "cooperative_groups", "warpSize", "this_thread_block")
 
 
+# Calls whose every execution counts: a statement making one may run neither fewer times nor more.
+SIDE_EFFECTS = ("atomic", "printf", "assert", "curand")
+
+
 class Unsupported(Exception):
     """Not this shape, or not provably the same elements computed; the message says why."""
 
@@ -47,3 +51,15 @@ def check_statements(
                 raise Unsupported("a barrier")
             if node.type == "type_qualifier" and tree.text(node) == "volatile":
                 raise Unsupported("volatile: the thread may wait on another")
+
+
+def pure_declaration(tree: KernelTree, statement: Node) -> bool:
+    """A declaration whose values have no effect but the names they give (run once a thread or once an
+    element, the same)."""
+    names = [tree.text(n) for n in walk(statement) if n.type == "identifier"]
+    return (
+        statement.type == "declaration"
+        and not any(name.startswith(SIDE_EFFECTS) for name in names)
+        and not any(n.type in ("assignment_expression", "update_expression") for n in walk(statement))
+        and "static" not in tree.text(statement).split()
+    )

@@ -36,7 +36,12 @@ from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.values import Values, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
-from cuda_agent.agent.proposers.rewrites._one_thread import Unsupported, check_statements, declared_once
+from cuda_agent.agent.proposers.rewrites._one_thread import (
+    Unsupported,
+    check_statements,
+    declared_once,
+    pure_declaration,
+)
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     build_candidate,
@@ -63,8 +68,6 @@ MIN_COLUMNS = 32
 # loads, and the row's own work is done once a few columns (3x3/2 max pooling on the H100: 2 columns
 # 0.092 ms, the thread an element 0.109, torch.compile 0.097; 4 columns 0.118)
 COLUMN_GROUPS = (2,)
-# Declarations a row's thread may compute once: no side effects in their values.
-_SIDE_EFFECTS = ("atomic", "printf", "assert", "curand")
 
 
 @dataclass
@@ -411,13 +414,10 @@ def _hoistable(tree: KernelTree, kept: list[Node], split: _Split) -> tuple[list[
 
 
 def _row_only(tree: KernelTree, statement: Node, split: _Split) -> bool:
-    names = [tree.text(n) for n in walk(statement) if n.type == "identifier"]
     return (
         bool(_declared(tree, statement))
         and not {split.col, split.index} & _read_names(tree, statement, split)
-        and not any(name.startswith(_SIDE_EFFECTS) for name in names)
-        and not any(n.type in ("assignment_expression", "update_expression") for n in walk(statement))
-        and "static" not in tree.text(statement).split()
+        and pure_declaration(tree, statement)
     )
 
 

@@ -30,7 +30,12 @@ from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
 from cuda_agent.agent.analysis.facts import Guard, ThreadIndex
 from cuda_agent.agent.analysis.forms import THREAD_ATOMS
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites._one_thread import Unsupported, check_statements, declared_once
+from cuda_agent.agent.proposers.rewrites._one_thread import (
+    Unsupported,
+    check_statements,
+    declared_once,
+    pure_declaration,
+)
 from cuda_agent.agent.proposers.transforms.grid_stride import coarsened_grid
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
@@ -78,8 +83,12 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
     looped = body[body.index(index.declaration) + 1 :]
     middle = looped[: looped.index(guard.statement)]
     after = [n for n in looped[looped.index(guard.statement) + 1 :] if n.type != "comment"]
-    if any(n.type not in ("declaration", "comment") for n in middle):
-        raise Unsupported("statements with effects between the index and its bounds check")
+    # Fewer threads now run what is outside the work: it must be nothing but names for values.
+    before = body[: body.index(index.declaration)]
+    if any(n.type != "comment" and not pure_declaration(tree, n) for n in before + middle):
+        raise Unsupported("statements with effects outside the bounds check's work")
+    if guard.statement.child_by_field_name("alternative") is not None:
+        raise Unsupported("an else: threads past the bound do work too")
     if after and not guard.early_return:
         raise Unsupported("statements after the guarded block")
     if identifiers_in(tree, bound.bound_text) & (_declared(tree, middle) | {index.name}):
