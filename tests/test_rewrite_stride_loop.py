@@ -22,8 +22,8 @@ OUTSIDE = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "outside"
 
 SPEC = """/* cuda-agent
 [sizes]
-M = 512
-N = 1000
+M = 4096
+N = 4000
 
 [args]
 a = {{ role = "input", dtype = "float32", shape = {a_shape} }}
