@@ -174,6 +174,8 @@ def test_an_early_return_over_both_axes_keeps_the_rows_check_before_the_loop() -
         ),
         ("if (col < N) {", "if (col < N && a[col] > 0) {", "a data-dependent conjunct"),
         ("int base = row * N;", "int base = row * N; float seen = atomicAdd(&out[0], 1.0f);", "atomic"),
+        ("if (col < N) {", "if (atomicAdd(&out[0], 1.0f) >= 0.0f && col < N) {", "an atomic in the check"),
+        ("if (col < N) {", "if (row > 0 && col < N) {", ""),  # a conjunct on the row alone: offered
         ("b[col];\n    }\n", "b[col];\n    } else {\n        out[0] = 1.0f;\n    }\n", "else"),
     ],
 )

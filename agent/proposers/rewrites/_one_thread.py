@@ -56,10 +56,16 @@ def check_statements(
 def pure_declaration(tree: KernelTree, statement: Node) -> bool:
     """A declaration whose values have no effect but the names they give (run once a thread or once an
     element, the same)."""
-    names = [tree.text(n) for n in walk(statement) if n.type == "identifier"]
     return (
         statement.type == "declaration"
-        and not any(name.startswith(SIDE_EFFECTS) for name in names)
-        and not any(n.type in ("assignment_expression", "update_expression") for n in walk(statement))
+        and pure(tree, statement)
         and "static" not in tree.text(statement).split()
+    )
+
+
+def pure(tree: KernelTree, node: Node) -> bool:
+    """Code that changes nothing when it runs: no assignment, no increment, no atomic, print or draw."""
+    names = [tree.text(n) for n in walk(node) if n.type == "identifier"]
+    return not any(name.startswith(SIDE_EFFECTS) for name in names) and not any(
+        n.type in ("assignment_expression", "update_expression") for n in walk(node)
     )

@@ -34,6 +34,7 @@ from cuda_agent.agent.proposers.rewrites._one_thread import (
     Unsupported,
     check_statements,
     declared_once,
+    pure,
     pure_declaration,
 )
 from cuda_agent.agent.proposers.transforms.grid_stride import coarsened_grid
@@ -186,6 +187,8 @@ def _conditions(tree: KernelTree, guard: Guard, index: str, middle: list[Node]) 
     rest = [p for p in parts if p not in own]
     if any(identifiers(p) & _declared(tree, middle) for p in rest):
         raise Unsupported("the check reads a local declared after the index")
+    if not all(pure(tree, p) for p in rest):  # tested once a thread now, and by fewer threads
+        raise Unsupported("the check has effects")
     return [tree.text(p) for p in rest]
 
 
