@@ -21,7 +21,7 @@ from cuda_agent.agent.candidates import Candidate, CandidateResult
 from cuda_agent.agent.engine import Progress
 from cuda_agent.agent.proposers.accessor_form import has_accessors, through_pointers
 from cuda_agent.agent.proposers.idioms import block_scan
-from cuda_agent.agent.proposers.loop_macro_form import through_loops
+from cuda_agent.agent.proposers.normal_form import through_normal_form
 from cuda_agent.agent.proposers.rewrites import (
     block_coarsen,
     block_to_loop,
@@ -352,7 +352,7 @@ def _propose(name: str, proposer: Proposer, target: KernelTarget, notes: list[st
     try:
         if has_accessors(target):  # rewrites read pointers: made on the kernel's pointer form
             return through_pointers(proposer, target)
-        return through_loops(proposer, target)  # `CUDA_KERNEL_LOOP(i, n) {` read as its `for`
+        return through_normal_form(proposer, target)  # `CUDA_KERNEL_LOOP(i, n) {` read as its `for`, ...
     except Exception as exc:
         notes.append(f"proposer {name} failed on {target.kernel.name}: {type(exc).__name__}: {exc}")
         return []

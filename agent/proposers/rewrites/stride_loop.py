@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
 from cuda_agent.agent.analysis.facts import Guard, ThreadIndex
-from cuda_agent.agent.analysis.forms import THREAD_ATOMS
+from cuda_agent.agent.analysis.forms import THREAD_ATOMS, Form
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._one_thread import (
     Unsupported,
@@ -73,7 +73,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
 def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candidate:
     if facts.uses_shared or facts.barriers:
         raise Unsupported("shared memory or a barrier")
-    index = _x_index(tree, facts)
+    index = _x_index(tree, facts, launch.block[0])
     guard = facts.guard
     bound = guard.bound_of(index.name) if guard is not None else None
     if guard is None or bound is None or guard.statement.parent != tree.body:
@@ -120,8 +120,10 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
     )
 
 
-def _x_index(tree: KernelTree, facts: KernelFacts) -> ThreadIndex:
-    along_x = [i for i in facts.indices if i.direct and i.axis == "x"]
+def _x_index(tree: KernelTree, facts: KernelFacts, block_x: int) -> ThreadIndex:
+    # `blockIdx.x * 16 + threadIdx.x` under a block of 16 is the global index too (the kernel assumes it)
+    spelled = Form.atom("blockIdx.x") * Form.constant(block_x) + Form.atom("threadIdx.x")
+    along_x = [i for i in facts.indices if i.direct and (i.axis == "x" or i.form == spelled)]
     if len(along_x) != 1:
         raise Unsupported("not one global index along x")
     return declared_once(tree, along_x[0])
@@ -139,8 +141,8 @@ def _check_work(
     for use in facts.thread_uses:
         if start <= use.start_byte < end and tree.text(use) in _X_ATOMS:
             raise Unsupported("the work reads the thread's place along x")
-    for other in others:  # another index along x (`int j = threadIdx.x;`) moved into the loop
-        if start <= other.declaration.start_byte < end and other.form.atoms() & _X_ATOMS:
+    for other in others:  # another index along x (`int j = threadIdx.x;`, not through the loop's) in it
+        if start <= other.declaration.start_byte < end and other.direct and other.form.atoms() & _X_ATOMS:
             raise Unsupported(f"{other.name} reads the thread's place along x")
     before = set(tree.body.named_children[: list(tree.body.named_children).index(index.declaration)])
     outside = _declared(tree, list(before)) | {p.name for p in tree.target.kernel.parameters}
