@@ -97,6 +97,8 @@ def test_a_while_grid_stride_loop_is_read_as_its_for_and_vectorised() -> None:
     assert "// one grid's worth of elements a step" in body  # comments stay
     (candidate,) = _propose(vector_loop.PROPOSER, vector_loop.propose, target, [])
     assert "16-byte loads" in candidate.description
+    # both branches store y: the step defines all of it, so it is not read first
+    assert "const uint4*>(&y[" not in candidate.source and "const uint4*>(&mask[" in candidate.source
     _compiles(target, candidate)
 
 

@@ -419,6 +419,30 @@ def test_vectorize_other_uses_of_the_index_get_the_lane_offset(tmp_path: Path) -
     assert_compiles(target, candidate)
 
 
+@pytest.mark.parametrize("otherwise", ["} else {\n            dx[i] = 0.0f;\n        }", "}"])
+def test_vectorize_loads_an_output_stored_under_a_condition_only_where_a_lane_may_keep_it(
+    tmp_path: Path, otherwise: str
+) -> None:
+    """ReLU's backward pass as an if/else stores every lane: its output is not read first. Without the
+    else a lane may keep what it held, so the vector path loads it to store it back."""
+    source = SPEC_1D.format(
+        args='dx = { role = "output", dtype = "float32", shape = ["n"] }\n'
+        'x = { role = "input", dtype = "float32", shape = ["n"] }\n'
+        'dy = { role = "input", dtype = "float32", shape = ["n"] }'
+    ) + (
+        "__global__ void relu_backward(float* dx, const float* x, const float* dy, int n)\n{\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) {\n        if (x[i] > 0.0f) {\n            dx[i] = dy[i];\n        "
+        + otherwise
+        + "\n    }\n}\n"
+    )
+    target = target_of(tmp_path, source)
+    [candidate] = propose_vectorize(target)
+    loaded = "float4 dx4 = *reinterpret_cast<const float4*>(dx + i);" in candidate.source
+    assert loaded == (otherwise == "}"), candidate.source
+    assert_compiles(target, candidate)
+
+
 def test_vectorize_half_uses_half2(tmp_path: Path) -> None:
     source = "#include <cuda_fp16.h>\n" + SPEC_1D.format(
         args='x = { role = "input", dtype = "float16", shape = ["n"] }\n'

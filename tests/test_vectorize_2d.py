@@ -241,6 +241,21 @@ def test_per_row_values_conditional_stores_and_column_uses(tmp_path: Path) -> No
     assert_compiles(target, four)
 
 
+def test_a_store_in_both_branches_of_an_if_is_not_loaded_first(tmp_path: Path) -> None:
+    """Every column is stored whichever branch runs: `y` needs no load (the odd-columns kernel above keeps
+    some columns as they were, so there it does)."""
+    source = ODD_COLUMNS.replace(
+        " if (col % 2) y[(size_t)row * cols + col] = x[(size_t)row * cols + col] * scale[row];\n",
+        " {\n        if (col % 2) y[(size_t)row * cols + col] = x[(size_t)row * cols + col] * scale[row];\n"
+        "        else y[(size_t)row * cols + col] = 0.0f;\n    }\n",
+    )
+    target = target_of(tmp_path, source)
+    four = propose_vectorize_rows(target)[0]
+    assert "*reinterpret_cast<const uint4*>(&x[" in four.source
+    assert "*reinterpret_cast<const uint4*>(&y[" not in four.source
+    assert_compiles(target, four)
+
+
 # -- kernels it must leave alone -----------------------------------------------------------------------
 
 FLOAT_2D = SPEC_2D.format(

@@ -651,6 +651,31 @@ def writes(node: Node, tree: KernelTree) -> list[Node]:
     return found
 
 
+def always_assigns(statement: Node, assigned: Callable[[Node], bool]) -> bool:
+    """Whether running the statement always assigns the place `assigned` accepts (with a plain `=`): such
+    an expression statement, a block holding one at its top, or an if whose branches both always do
+    (`if (m[i] < p) y[i] = 0; else y[i] = x[i];`). For code without jumps (the callers refuse them)."""
+    if statement.type == "expression_statement" and statement.named_child_count == 1:
+        expression = strip_parens(statement.named_children[0])
+        operator, left = expression.child_by_field_name("operator"), expression.child_by_field_name("left")
+        return (
+            expression.type == "assignment_expression"
+            and operator is not None
+            and operator.type == "="
+            and left is not None
+            and assigned(left)
+        )
+    if statement.type == "compound_statement":
+        return any(always_assigns(child, assigned) for child in statement.named_children)
+    if statement.type == "if_statement":
+        consequence, alternative = (statement.child_by_field_name(f) for f in ("consequence", "alternative"))
+        if consequence is None or alternative is None:
+            return False
+        branch = alternative.named_children[-1] if alternative.type == "else_clause" else alternative
+        return always_assigns(consequence, assigned) and always_assigns(branch, assigned)
+    return False
+
+
 def is_name(node: Node, name: str, tree: KernelTree) -> bool:
     """Whether the expression is the identifier `name`, parentheses aside."""
     node = strip_parens(node)

@@ -23,6 +23,7 @@ from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
     accessed_array,
+    always_assigns,
     candidate_from,
     fresh_names,
     identifiers_in,
@@ -253,23 +254,16 @@ def _streams(
 
 def _loaded(group: list[Access], loop: Loop, conditional: bool) -> bool:
     """Whether the step must load the element: it is read, or stored only under a condition (the whole
-    vector is stored back), unless a plain store every iteration comes first (`c[i] = a; h[i] = f(c[i]);`:
-    the read is of the value just stored, and that store defines the whole vector)."""
+    vector is stored back), unless a statement of the body that always stores it comes before any read
+    (`c[i] = a; h[i] = f(c[i]);`, `if (m[i] < p) y[i] = 0; else y[i] = x[i];`): that store defines the
+    whole vector, and a read after it reads what it stored."""
     reads = [a for a in group if a.read]
-    first = min(
-        (_statement(a.node) for a in group if a.write and not a.read and _unconditional(a.node, loop)),
-        key=lambda statement: statement.start_byte if statement is not None else -1,
-        default=None,
-    )
-    if first is None or first.parent != loop.body:
+    stores = [a.node for a in group if a.write and not a.read]
+    body = list(loop.body.named_children) if loop.body.type == "compound_statement" else [loop.body]
+    first = next((s for s in body if always_assigns(s, lambda place: place in stores)), None)
+    if first is None:
         return bool(reads) or conditional
     return any(a.node.start_byte < first.end_byte for a in reads)
-
-
-def _statement(node: Node) -> Node | None:
-    while node.parent is not None and node.type != "expression_statement":
-        node = node.parent
-    return node if node.type == "expression_statement" else None
 
 
 def _vector_bounds(

@@ -17,6 +17,7 @@ from cuda_agent.agent.proposers.transforms.pattern import ThreadPerElement, thre
 from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
+    always_assigns,
     candidate_from,
     kernel_tree,
     reindent,
@@ -85,6 +86,7 @@ def _accesses(tree: KernelTree, match: ThreadPerElement) -> tuple[set[str], set[
     region = (match.statements[0].start_byte, match.end_byte)
     loaded: set[str] = set()
     stored: set[str] = set()
+    conditional: set[str] = set()  # stored under a condition
     for node in walk_with_comments(tree.body):
         if node.type != "identifier" or tree.text(node) not in pointers:
             continue
@@ -103,12 +105,26 @@ def _accesses(tree: KernelTree, match: ThreadPerElement) -> tuple[set[str], set[
         if written:
             stored.add(name)
         # A compound assignment (`y[i] += ...`) reads too; so does a write under a condition, since
-        # the vector store writes every lane and must write back what the kernel left unchanged.
-        if not written or compound_assignment(subscript) or not _top_level(subscript, match):
+        # the vector store writes every lane and must write back what the kernel left unchanged...
+        if not written or compound_assignment(subscript):
+            loaded.add(name)
+        elif not _top_level(subscript, match):
+            conditional.add(name)
+    # ... unless a statement of the work always stores it (`if (m[i] < p) y[i] = 0; else y[i] = x[i];`)
+    for name in conditional - loaded:
+        if not any(
+            always_assigns(s, lambda place, name=name: _element_of(tree, place, name))
+            for s in match.statements
+        ):
             loaded.add(name)
     if not stored:
         return None
     return loaded, stored
+
+
+def _element_of(tree: KernelTree, place: Node, name: str) -> bool:
+    argument = place.child_by_field_name("argument") if place.type == "subscript_expression" else None
+    return argument is not None and tree.text(argument) == name
 
 
 def subscript_written(subscript: Node) -> bool | None:

@@ -37,6 +37,7 @@ from cuda_agent.agent.proposers.transforms.vectorize import (
 from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
+    always_assigns,
     candidate_from,
     declared_names,
     fresh_names,
@@ -279,6 +280,7 @@ def _buffers(tree: KernelTree, work: RowWork) -> list[Buffer] | None:
     span = (work.work[0].start_byte, work.work[-1].end_byte)
     found: dict[str, Buffer] = {}
     fixed_reads: set[str] = set()
+    conditional: set[str] = set()  # stored under a condition or in a loop
     for node in walk_with_comments(tree.body):
         if node.type != "identifier" or tree.text(node) not in parameters:
             continue
@@ -317,10 +319,17 @@ def _buffers(tree: KernelTree, work: RowWork) -> list[Buffer] | None:
         if written:
             buffer.stored = True
         # A compound assignment reads too; so does a write under a condition or in a loop, since the vector
-        # store writes every column and must write back what the kernel left unchanged.
+        # store writes every column and must write back what the kernel left unchanged (unless a
+        # statement of the work always stores it: an if and its else both storing, checked below).
         statement = subscript.parent.parent if subscript.parent is not None else None
-        if not written or compound_assignment(subscript) or statement not in top_level:
+        if not written or compound_assignment(subscript):
             buffer.loaded = True
+        elif statement not in top_level:
+            conditional.add(name)
+    for name in conditional:
+        covered = set(found[name].accesses)
+        if not any(always_assigns(s, lambda place, covered=covered: place in covered) for s in work.work):
+            found[name].loaded = True
     buffers = [found[p.name] for p in tree.target.kernel.parameters if p.name in found]
     if not any(b.stored for b in buffers) or any(b.stored and b.kind == COLUMN for b in buffers):
         return None
