@@ -173,6 +173,16 @@ def test_a_line_of_blocks_is_the_x_index_on_a_1d_grid_and_two_axes_on_a_2d_one(i
     assert two_d.axis is None and "blockIdx.y" in two_d.form.atoms()
 
 
+@pytest.mark.parametrize(
+    ("kind", "index"),
+    [("uint32_t", True), ("unsigned long", True), ("int64_t", True), ("ptrdiff_t", True), ("short", False)],
+)
+def test_an_index_of_any_32_or_64_bit_integer_spelling(kind: str, index: bool) -> None:
+    """`uint32_t x = threadIdx.x + ...` is the x index as `int x = ...` is; a 16-bit one would wrap."""
+    facts = facts_of(f"{kind} r = threadIdx.x + blockDim.x * blockIdx.x;\nif (r < rows) out[r] = 1;")
+    assert [(i.name, i.axis) for i in facts.indices] == ([("r", "x")] if index else [])
+
+
 REDUCE = "int r = blockIdx.x * blockDim.x + threadIdx.x; if (r >= rows) return;\n"
 
 

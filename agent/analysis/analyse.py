@@ -26,6 +26,7 @@ from cuda_agent.agent.analysis.values import Pointer, Values, text, unwrap
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.proposers.tree import KernelTree, declarator_name, untemplated_kernel_tree
 from cuda_agent.agent.proposers.tree import walk_with_comments as _nodes
+from cuda_agent.agent.spec.dtypes import dtype_of_c_type
 from cuda_agent.agent.spec.headers import headers_stamp
 from cuda_agent.agent.targets import KernelTarget
 from cuda_agent.sandbox.plan import DTYPE_BYTES
@@ -513,9 +514,14 @@ def _declarator_names(declaration: Node) -> list[str]:
 
 
 def _is_index_type(declaration: Node) -> bool:
+    """An integer of 32 or 64 bits in any spelling (`int`, `uint32_t`, `unsigned long`, `ptrdiff_t`), or
+    `auto`: narrower ones wrap where a thread index would not."""
     type_node = declaration.child_by_field_name("type")
-    written = text(type_node) if type_node is not None else ""
-    return written in ("int", "unsigned", "unsigned int", "size_t", "long", "long long", "int64_t", "auto")
+    written = " ".join(text(type_node).split()) if type_node is not None else ""
+    return written == "auto" or dtype_of_c_type(written) in _INDEX_DTYPES
+
+
+_INDEX_DTYPES = frozenset({"int32", "uint32", "int64", "uint64"})
 
 
 def fixed_by_launch(grid: tuple[str, ...]) -> dict[str, Form]:
