@@ -200,6 +200,29 @@ def test_a_one_dimensional_p_of_i_kernel_is_vectorizes_not_this() -> None:
     assert stride_loop.propose(_target(shifted)) == []  # `i % N` is no offset the vector steps move
 
 
+@needs_compiler
+def test_an_index_shifted_by_an_offset_is_the_loops() -> None:
+    """`k = i + offset; if (k < n)`: the loop walks k (vectorize takes `p[i]` of the global index only)."""
+    source = (
+        SPEC.format(a_shape='["M", "N"]', block="[256]", grid='["ceil_div(M * N - 3, block.x)"]', oracle="a")
+        + """__global__ void copy_from(const float* a, const float* b, float* out, int M, int N)
+{
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int k = i + 3;
+    if (k < M * N) out[k] = a[k];
+}
+"""
+    )
+    target = _target(source)
+    loop, vectors = _chain(target)
+    body = _compiles(target, loop)
+    assert "unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;" in body
+    assert "for (unsigned int k = i + 3; k < (M * N); k += blockDim.x * gridDim.x) {" in body
+    _compiles(target, vectors)
+    # the index it is shifted from, read in the work, does not move with the loop
+    assert stride_loop.propose(_target(source.replace("out[k] = a[k];", "out[k] = a[k] + i;"))) == []
+
+
 @pytest.mark.gpu
 def test_stride_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings

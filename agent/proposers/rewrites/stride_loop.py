@@ -104,7 +104,7 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
     width = VECTOR_BYTES // widest if widest else 0
     if width < 2:
         raise Unsupported("no array elements narrower than a vector")
-    if len(launch.grid) == 1 and facts.accesses and all(a.offset == index.form for a in facts.accesses):
+    if len(launch.grid) == 1 and index.direct and all(a.offset == index.form for a in facts.accesses):
         raise Unsupported("`p[i]` alone: vectorize's")
     text = _body(tree, index, guard, bound.bound_text, *_apart(tree, middle, index.name))
     grid = (coarsened_grid(launch.grid[0], width), *launch.grid[1:])
@@ -121,11 +121,23 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
 
 
 def _x_index(tree: KernelTree, facts: KernelFacts, block_x: int) -> ThreadIndex:
+    """The index the bounds check bounds that is the global x index, or it shifted by values the same
+    for every thread (`k = i + offset; if (k < n)`)."""
+    bounded = {b.index for b in facts.guard.bounds} if facts.guard is not None else set()
     # `blockIdx.x * 16 + threadIdx.x` under a block of 16 is the global index too (the kernel assumes it)
     spelled = Form.atom("blockIdx.x") * Form.constant(block_x) + Form.atom("threadIdx.x")
-    along_x = [i for i in facts.indices if i.direct and (i.axis == "x" or i.form == spelled)]
+    global_x = Form.atom("blockIdx.x") * Form.atom("blockDim.x") + Form.atom("threadIdx.x")
+    along_x = [
+        i
+        for i in facts.indices
+        if i.name in bounded
+        and any(
+            not (i.form - x).atoms() & THREAD_ATOMS and "⟨" not in (i.form - x).text()
+            for x in (spelled, global_x)
+        )
+    ]
     if len(along_x) != 1:
-        raise Unsupported("not one global index along x")
+        raise Unsupported("not one bounded global index along x")
     return declared_once(tree, along_x[0])
 
 
@@ -141,8 +153,12 @@ def _check_work(
     for use in facts.thread_uses:
         if start <= use.start_byte < end and tree.text(use) in _X_ATOMS:
             raise Unsupported("the work reads the thread's place along x")
-    for other in others:  # another index along x (`int j = threadIdx.x;`, not through the loop's) in it
-        if start <= other.declaration.start_byte < end and other.direct and other.form.atoms() & _X_ATOMS:
+    read = set().union(*(identifiers(s) for s in looped))
+    for other in others:  # another index along x (`int j = threadIdx.x;`): it does not move with the loop
+        if not other.form.atoms() & _X_ATOMS:
+            continue
+        follows = start <= other.declaration.start_byte < end and not other.direct  # through the loop's
+        if not follows and (other.name in read or start <= other.declaration.start_byte < end):
             raise Unsupported(f"{other.name} reads the thread's place along x")
     before = set(tree.body.named_children[: list(tree.body.named_children).index(index.declaration)])
     outside = _declared(tree, list(before)) | {p.name for p in tree.target.kernel.parameters}
