@@ -133,3 +133,21 @@ def test_a_while_loop_is_left_as_written_where_its_for_would_differ(old: str, ne
 def test_a_barrier_with_work_after_it_stays() -> None:
     source = SCALED.replace("    __syncthreads();\n}", "    __syncthreads();\n    out[0] = data[1];\n}")
     assert normal_form(_target(source)) is None
+
+
+@pytest.mark.gpu
+def test_rewrites_made_on_the_normal_form_verify_on_the_gpu() -> None:
+    """The dropout's vector loop (its `while` read as a `for`, its output not loaded) and the stride loop
+    of the kernel that ended with a barrier, verified against the kernels as written."""
+    from cuda_agent.agent.engine import Engine, EngineSettings
+
+    from tests.test_rewrite_warp_per_output import shown
+
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        for target, proposer in ((_target(DROPOUT), vector_loop), (_target(SCALED), stride_loop)):
+            baseline = engine.baseline(target)
+            assert baseline.usable, baseline.error
+            results = engine.evaluate(baseline, _propose(proposer.PROPOSER, proposer.propose, target, []))
+            seen = shown(baseline.target, results)
+            print(seen)
+            assert results and all(r.verified for r in results), seen
