@@ -329,11 +329,9 @@ def _chained(
     notes: list[str],
     depth: int = 1,
 ) -> list[list[Candidate]]:
-    base_target = reloaded_target(original, base.source, base.kernel_name)
-    if base_target is None or base_target.spec is None:
+    base_target = _candidate_target(original, base)
+    if base_target is None:
         return []
-    if base.launch is not None:  # the file's spec may not say it (an accessor kernel's is the user's)
-        base_target = replace(base_target, spec=replace(base_target.spec, launch=base.launch))
     groups = []
     for name in FOLLOW_UPS.get(lineage(base)[-1], ()):
         if name not in proposers:
@@ -345,6 +343,17 @@ def _chained(
             for further in combined[:CHAINED_PER_PROPOSER]:
                 groups += _chained(original, proposers, further, notes, depth + 1)
     return groups
+
+
+def _candidate_target(original: KernelTarget, candidate: Candidate) -> KernelTarget | None:
+    """A candidate's file as the target a follow-up is proposed on, with the launch the candidate runs
+    with: its file's spec may not say it (an accessor kernel's written spec is the user's)."""
+    target = reloaded_target(original, candidate.source, candidate.kernel_name)
+    if target is None or target.spec is None:
+        return None
+    if candidate.launch is None:
+        return target
+    return replace(target, spec=replace(target.spec, launch=candidate.launch))
 
 
 def _propose(name: str, proposer: Proposer, target: KernelTarget, notes: list[str]) -> list[Candidate]:
@@ -364,7 +373,7 @@ def _combinations(
     helpful = helped(outcome.results)
     groups: list[list[Candidate]] = []
     for base in beam(outcome.results, width):
-        base_target = reloaded_target(original, base.candidate.source, base.candidate.kernel_name)
+        base_target = _candidate_target(original, base.candidate)
         if base_target is None:
             continue
         for name in follow_ups(base.candidate, helpful, proposers):
