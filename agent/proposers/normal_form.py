@@ -23,11 +23,10 @@ from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import parse_cuda, walk
+from cuda_agent.agent.proposers.tree import Edit, identifiers
 from cuda_agent.agent.spec.loop_macros import loop_macros_written_out
 from cuda_agent.agent.targets import KernelTarget, reloaded_target
 from tree_sitter import Node
-
-Edit = tuple[int, int, str]  # bytes [start, end) of the file replaced by the text
 
 # A search asks once a proposer; the normal form is read once a kernel and text.
 _FORMS: BoundedMemo[tuple[str, str, int], tuple[KernelTarget | None]] = BoundedMemo(64)
@@ -81,10 +80,6 @@ def _top_level(body: Node, kind: str) -> list[Node]:
     return [n for n in body.named_children if n.type == kind]
 
 
-def _text(data: bytes, node: Node) -> str:
-    return data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
-
-
 def _while_as_for(data: bytes, body: Node, loop: Node) -> list[Edit]:
     """`T i = init; ... while (cond) { ...; i += step; }` as `for (T i = init; cond; i += step) { ... }`,
     where `i` is declared at the top level before the loop for it alone; no edits otherwise."""
@@ -92,29 +87,27 @@ def _while_as_for(data: bytes, body: Node, loop: Node) -> list[Edit]:
     if condition is None or inside is None or inside.type != "compound_statement":
         return []
     statements = [n for n in inside.named_children if n.type != "comment"]
-    step = _step(data, statements[-1]) if statements else None
+    step = _step(statements[-1]) if statements else None
     if step is None:
         return []
     index, _ = step
     siblings = list(body.named_children)
     before = siblings[: siblings.index(loop)]
-    declaration = next((n for n in reversed(before) if _declares(data, n) == index), None)
+    declaration = next((n for n in reversed(before) if _declares(n) == index), None)
     if declaration is None:
         return []
     between = siblings[siblings.index(declaration) + 1 : siblings.index(loop)]
     after = siblings[siblings.index(loop) + 1 :]
-    if any(_mentions(data, n, index) for n in between + after):
+    if any(index in identifiers(n) for n in between + after):
         return []  # read elsewhere: the index is not the loop's alone
-    if index not in _names(data, condition):
+    if index not in identifiers(condition):
         return []
     if any(n.type == "continue_statement" and _in_this_loop(n, loop) for n in walk(inside)):
         return []  # a `continue` skips the while's step; a for's would take it
     if any(_assigns(n, index) for n in statements[:-1]):
         return []
-    head = _text(data, declaration).rstrip().rstrip(";").strip()
-    for_text = (
-        f"for ({head}; {_text(data, condition)[1:-1].strip()}; {_text(data, statements[-1]).rstrip(';')})"
-    )
+    head = text(declaration).rstrip().rstrip(";").strip()
+    for_text = f"for ({head}; {text(condition)[1:-1].strip()}; {text(statements[-1]).rstrip(';')})"
     last = statements[-1]
     return [
         _line_removed(data, declaration),
@@ -123,16 +116,16 @@ def _while_as_for(data: bytes, body: Node, loop: Node) -> list[Edit]:
     ]
 
 
-def _declares(data: bytes, node: Node) -> str | None:
+def _declares(node: Node) -> str | None:
     """The name a single-variable top-level declaration with a value declares (`int i = ...;`)."""
     declarators = node.children_by_field_name("declarator") if node.type == "declaration" else []
     if len(declarators) != 1 or declarators[0].type != "init_declarator":
         return None
     name = declarators[0].child_by_field_name("declarator")
-    return _text(data, name) if name is not None and name.type == "identifier" else None
+    return text(name) if name is not None and name.type == "identifier" else None
 
 
-def _step(data: bytes, statement: Node) -> tuple[str, str] | None:
+def _step(statement: Node) -> tuple[str, str] | None:
     """(i, step) of `i += step;` or `i = i + step;`."""
     expression = statement.named_children[0] if statement.type == "expression_statement" else None
     if expression is None or expression.type != "assignment_expression":
@@ -141,22 +134,14 @@ def _step(data: bytes, statement: Node) -> tuple[str, str] | None:
     operator = expression.child_by_field_name("operator")
     if left is None or right is None or operator is None or left.type != "identifier":
         return None
-    name = _text(data, left)
+    name = text(left)
     if operator.type == "+=":
-        return name, _text(data, right)
+        return name, text(right)
     first, plus, second = (right.child_by_field_name(f) for f in ("left", "operator", "right"))
     if operator.type != "=" or right.type != "binary_expression" or None in (first, plus, second):
         return None
     assert first is not None and plus is not None and second is not None
-    return (name, _text(data, second)) if _text(data, first) == name and plus.type == "+" else None
-
-
-def _names(data: bytes, node: Node) -> set[str]:
-    return {_text(data, n) for n in walk(node) if n.type == "identifier"}
-
-
-def _mentions(data: bytes, node: Node, name: str) -> bool:
-    return name in _names(data, node)
+    return (name, text(second)) if text(first) == name and plus.type == "+" else None
 
 
 def _assigns(node: Node, name: str) -> bool:
@@ -178,7 +163,7 @@ def _in_this_loop(node: Node, loop: Node) -> bool:
 def _trailing_barrier(data: bytes, body: Node) -> list[Edit]:
     """The body's last statement, where it is `__syncthreads();`, left out."""
     statements = [n for n in body.named_children if n.type != "comment"]
-    if not statements or "".join(_text(data, statements[-1]).split()) != "__syncthreads();":
+    if not statements or "".join(text(statements[-1]).split()) != "__syncthreads();":
         return []
     return [_line_removed(data, statements[-1])]
 
