@@ -94,7 +94,9 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
         raise Unsupported("statements after the guarded block")
     if identifiers_in(tree, bound.bound_text) & (_declared(tree, middle) | {index.name}):
         raise Unsupported("the bound is computed after the index")
-    _check_work(tree, facts, index, guard, looped)
+    _check_work(tree, facts, index, guard, looped, before)
+    staying, moved = _apart(tree, middle, index.name)
+    rest = _conditions(tree, guard, index.name, moved)
     if facts.loops:  # vector-loop widens a loop without loops inside; a thread's own loop stays scalar
         raise Unsupported("a loop in the work")
     for access in facts.accesses:  # what vector-loop takes: the same element, or the next one
@@ -106,7 +108,7 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
         raise Unsupported("no array elements narrower than a vector")
     if len(launch.grid) == 1 and index.direct and all(a.offset == index.form for a in facts.accesses):
         raise Unsupported("`p[i]` alone: vectorize's")
-    text = _body(tree, index, guard, bound.bound_text, *_apart(tree, middle, index.name))
+    text = _body(tree, index, guard, bound.bound_text, rest, staying, moved)
     grid = (coarsened_grid(launch.grid[0], width), *launch.grid[1:])
     return build_candidate(
         tree,
@@ -146,7 +148,12 @@ def _declared(tree: KernelTree, statements: list[Node]) -> set[str]:
 
 
 def _check_work(
-    tree: KernelTree, facts: KernelFacts, index: ThreadIndex, guard: Guard, looped: list[Node]
+    tree: KernelTree,
+    facts: KernelFacts,
+    index: ThreadIndex,
+    guard: Guard,
+    looped: list[Node],
+    before: list[Node],
 ) -> None:
     start, end = looped[0].start_byte, looped[-1].end_byte
     others = [i for i in facts.indices if i is not index]
@@ -160,8 +167,7 @@ def _check_work(
         follows = start <= other.declaration.start_byte < end and not other.direct  # through the loop's
         if not follows and (other.name in read or start <= other.declaration.start_byte < end):
             raise Unsupported(f"{other.name} reads the thread's place along x")
-    before = set(tree.body.named_children[: list(tree.body.named_children).index(index.declaration)])
-    outside = _declared(tree, list(before)) | {p.name for p in tree.target.kernel.parameters}
+    outside = _declared(tree, before) | {p.name for p in tree.target.kernel.parameters}
     for statement in looped:
         if assigned_names(statement) & outside:
             raise Unsupported("the work changes a value declared before the loop")
@@ -211,7 +217,13 @@ def _conditions(tree: KernelTree, guard: Guard, index: str, middle: list[Node]) 
 
 
 def _body(
-    tree: KernelTree, index: ThreadIndex, guard: Guard, bound: str, staying: list[Node], middle: list[Node]
+    tree: KernelTree,
+    index: ThreadIndex,
+    guard: Guard,
+    bound: str,
+    rest: list[str],
+    staying: list[Node],
+    middle: list[Node],
 ) -> str:
     """The kernel's body with the index's declaration and bounds check made the loop, the declarations
     that do not read the index before it."""
@@ -220,7 +232,6 @@ def _body(
     kind, name, initializer = declared
     indent = line_indent(tree, index.declaration)
     unit = tree.indent_unit()
-    rest = _conditions(tree, guard, name, middle)
     pieces = [_lines(tree, middle, indent, indent + unit)] if middle else []
     if guard.early_return:
         work = [n for n in tree.body.named_children if n.start_byte >= guard.statement.end_byte]
