@@ -17,6 +17,7 @@ from cuda_agent.agent.proposers.transforms.pattern import ThreadPerElement, thre
 from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
+    accessed_array,
     always_assigns,
     candidate_from,
     kernel_tree,
@@ -113,18 +114,13 @@ def _accesses(tree: KernelTree, match: ThreadPerElement) -> tuple[set[str], set[
     # ... unless a statement of the work always stores it (`if (m[i] < p) y[i] = 0; else y[i] = x[i];`)
     for name in conditional - loaded:
         if not any(
-            always_assigns(s, lambda place, name=name: _element_of(tree, place, name))
+            always_assigns(s, lambda place, name=name: accessed_array(place) == name)
             for s in match.statements
         ):
             loaded.add(name)
     if not stored:
         return None
     return loaded, stored
-
-
-def _element_of(tree: KernelTree, place: Node, name: str) -> bool:
-    argument = place.child_by_field_name("argument") if place.type == "subscript_expression" else None
-    return argument is not None and tree.text(argument) == name
 
 
 def subscript_written(subscript: Node) -> bool | None:
