@@ -18,29 +18,27 @@ from cuda_agent.sandbox.compile import compile_kernel
 
 from tests.test_rewrite_warp_per_output import needs_compiler
 
-# A dropout written the way darknet-style libraries write their grid-stride loops.
-DROPOUT = """/* cuda-agent
+# A leaky ReLU over doubles, its grid-stride loop written as a `while`.
+LEAKY = """/* cuda-agent
 [sizes]
 n = "1 << 22"
 [args]
 n = { role = "scalar", dtype = "int32", value = "n" }
 x = { role = "input", dtype = "float64", shape = ["n"] }
 y = { role = "output", dtype = "float64", shape = ["n"] }
-mask = { role = "input", dtype = "float64", shape = ["n"] }
-p = { role = "scalar", dtype = "float64", value = 0.3 }
-scale = { role = "scalar", dtype = "float64", value = 1.4 }
+slope = { role = "scalar", dtype = "float64", value = 0.01 }
 [launch]
 block = [256]
 grid = [1024]
 [verify]
-oracle = { y = "torch.where(mask < p, torch.zeros_like(x), x * scale)" }
+oracle = { y = "torch.where(x > 0, x, x * slope)" }
 */
-__global__ void dropout(int n, double *x, double *y, double *mask, double p, double scale) {
+__global__ void leaky_relu(int n, const double *x, double *y, double slope) {
   int i = threadIdx.x + blockIdx.x * blockDim.x;
   // one grid's worth of elements a step
   while (i < n) {
-    if (mask[i] < p) y[i] = 0;
-    else y[i] = x[i] * scale;
+    if (x[i] > 0.0) y[i] = x[i];
+    else y[i] = slope * x[i];
     i += blockDim.x * gridDim.x;
   }
 }
@@ -49,26 +47,26 @@ __global__ void dropout(int n, double *x, double *y, double *mask, double p, dou
 # An element-wise 2-D kernel that kept the barrier of the shared-memory kernel it was copied from.
 SCALED = """/* cuda-agent
 [sizes]
-width = 2048
-height = 1024
+cols = 2048
+rows = 1024
 [args]
-out = { role = "output", dtype = "float32", shape = ["height", "width"] }
-data = { role = "input", dtype = "float32", shape = ["height", "width"] }
-width = { role = "scalar", dtype = "int32", value = "width" }
-height = { role = "scalar", dtype = "int32", value = "height" }
+dst = { role = "output", dtype = "float32", shape = ["rows", "cols"] }
+src = { role = "input", dtype = "float32", shape = ["rows", "cols"] }
+cols = { role = "scalar", dtype = "int32", value = "cols" }
+rows = { role = "scalar", dtype = "int32", value = "rows" }
 [launch]
 block = [16, 16]
-grid = ["ceil_div(width, 16)", "ceil_div(height, 16)"]
+grid = ["ceil_div(cols, 16)", "ceil_div(rows, 16)"]
 [verify]
-oracle = { out = "data * 3 + 1" }
+oracle = { dst = "src * 3 + 1" }
 */
-__global__ void scaled(float *out, float *data, int width, int height)
+__global__ void scaled(float *dst, float *src, int cols, int rows)
 {
-    const int x = blockIdx.x * 16 + threadIdx.x;
-    const int y = blockIdx.y * 16 + threadIdx.y;
-    int p = y * width + x;
-    if (x < width && y < height)
-        out[p] = 3.0f * data[p] + 1.0f;
+    const int c = blockIdx.x * 16 + threadIdx.x;
+    const int r = blockIdx.y * 16 + threadIdx.y;
+    int at = r * cols + c;
+    if (c < cols && r < rows)
+        dst[at] = 3.0f * src[at] + 1.0f;
     __syncthreads();
 }
 """
@@ -87,18 +85,18 @@ def _compiles(target: KernelTarget, candidate: Candidate) -> None:
 
 @needs_compiler
 def test_a_while_grid_stride_loop_is_read_as_its_for_and_vectorised() -> None:
-    target = _target(DROPOUT)
+    target = _target(LEAKY)
     assert vector_loop.propose(target) == []  # as written, no rewrite reads the loop
     normal = normal_form(target)
     assert normal is not None and normal.spec == target.spec
-    body = normal.source.split("void dropout(")[1]
+    body = normal.source.split("void leaky_relu(")[1]
     assert "for (int i = threadIdx.x + blockIdx.x * blockDim.x; i < n; i += blockDim.x * gridDim.x) {" in body
     assert "while" not in body and body.count("blockDim.x * gridDim.x") == 1
     assert "// one grid's worth of elements a step" in body  # comments stay
     (candidate,) = _propose(vector_loop.PROPOSER, vector_loop.propose, target, [])
     assert "16-byte loads" in candidate.description
     # both branches store y: the step defines all of it, so it is not read first
-    assert "const uint4*>(&y[" not in candidate.source and "const uint4*>(&mask[" in candidate.source
+    assert "const uint4*>(&y[" not in candidate.source and "const uint4*>(&x[" in candidate.source
     _compiles(target, candidate)
 
 
@@ -118,33 +116,33 @@ def test_a_trailing_barrier_is_left_out_for_the_element_wise_rewrites() -> None:
     [
         ("  }\n}", "  }\n  y[0] = i;\n}", "the index read after the loop"),
         (
-            "if (mask[i] < p) y[i] = 0;",
-            "if (mask[i] < p) { y[i] = 0; continue; }",
+            "if (x[i] > 0.0) y[i] = x[i];",
+            "if (x[i] > 0.0) { y[i] = x[i]; continue; }",
             "a continue skips the step",
         ),
-        ("else y[i] = x[i] * scale;", "else y[i] = x[i] * scale;\n    i++;", "the index moved twice"),
+        ("else y[i] = slope * x[i];", "else y[i] = slope * x[i];\n    i++;", "the index moved twice"),
     ],
 )
 def test_a_while_loop_is_left_as_written_where_its_for_would_differ(old: str, new: str, why: str) -> None:
-    assert old in DROPOUT
-    assert normal_form(_target(DROPOUT.replace(old, new))) is None, why
+    assert old in LEAKY
+    assert normal_form(_target(LEAKY.replace(old, new))) is None, why
 
 
 def test_a_barrier_with_work_after_it_stays() -> None:
-    source = SCALED.replace("    __syncthreads();\n}", "    __syncthreads();\n    out[0] = data[1];\n}")
+    source = SCALED.replace("    __syncthreads();\n}", "    __syncthreads();\n    dst[0] = src[1];\n}")
     assert normal_form(_target(source)) is None
 
 
 @pytest.mark.gpu
 def test_rewrites_made_on_the_normal_form_verify_on_the_gpu() -> None:
-    """The dropout's vector loop (its `while` read as a `for`, its output not loaded) and the stride loop
+    """The leaky ReLU's vector loop (its `while` read as a `for`, its output not loaded) and the stride loop
     of the kernel that ended with a barrier, verified against the kernels as written."""
     from cuda_agent.agent.engine import Engine, EngineSettings
 
     from tests.test_rewrite_warp_per_output import shown
 
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
-        for target, proposer in ((_target(DROPOUT), vector_loop), (_target(SCALED), stride_loop)):
+        for target, proposer in ((_target(LEAKY), vector_loop), (_target(SCALED), stride_loop)):
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, _propose(proposer.PROPOSER, proposer.propose, target, []))
