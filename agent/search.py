@@ -42,6 +42,7 @@ from cuda_agent.agent.proposers.rewrites import (
     warp_per_output,
     y_split,
 )
+from cuda_agent.agent.proposers.transforms import single_precision, vectorize, vectorize_rows
 from cuda_agent.agent.targets import KernelTarget, reloaded_target, with_block
 
 Proposer = Callable[[KernelTarget], list[Candidate]]
@@ -70,6 +71,11 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     row_blocks.PROPOSER: (vector_loop.PROPOSER,),
     # a thread's few elements along x in a strided loop: each step then one 16-byte vector an array
     stride_loop.PROPOSER: (vector_loop.PROPOSER,),
+    # loads at full bandwidth: float math that unsuffixed literals made double is then the cost left (an
+    # LSTM cell's `1.0 / (1.0 + exp(-z))`: 1.08x on top of its vector loop, H100)
+    vector_loop.PROPOSER: (single_precision.PROPOSER,),
+    vectorize.PROPOSER: (single_precision.PROPOSER,),
+    vectorize_rows.PROPOSER: (single_precision.PROPOSER,),
     # two passes made one leave a plain reduction, to split across lanes like any other
     fuse_passes.PROPOSER: (warp_per_output.PROPOSER, y_split.PROPOSER),
     # an online softmax's pair as two plain reductions: split across lanes like the classic form
@@ -100,6 +106,9 @@ CHAINED = (
     row_loop.PROPOSER,
     row_blocks.PROPOSER,
     stride_loop.PROPOSER,
+    vector_loop.PROPOSER,
+    vectorize.PROPOSER,
+    vectorize_rows.PROPOSER,
     look_back.PROPOSER,
 )
 # Rewrites whose kernels are written for their own block (the tiled GEMMs: 256 threads, each loading its

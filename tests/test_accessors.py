@@ -349,3 +349,30 @@ def test_a_written_spec_is_kept_through_the_pointer_form() -> None:
         loaded = load_targets(path, candidate.source)
         assert not loaded.spec_errors, (candidate.description, [e.message for e in loaded.spec_errors])
         assert 'x_size0 = { role = "scalar"' not in candidate.source
+
+
+def test_a_launch_change_on_a_rewrite_brought_back_keeps_its_body() -> None:
+    """A later round's block on top of a rewrite of an accessor kernel: the file it edits calls the
+    rewrite's `_on_pointers` function, and the candidate must keep that function (it once put the kernel
+    as the user wrote it back in place of the call, leaving a call to nothing)."""
+    from cuda_agent.agent.compile_environment import compile_in, environment_for
+    from cuda_agent.agent.optimize import PROPOSERS
+    from cuda_agent.agent.proposers.accessor_form import SUFFIX
+    from cuda_agent.agent.search import _candidate_target, _first_round, _propose
+
+    path = Path(__file__).parent.parent / "bench" / "kernels" / "outside" / "lstm_cell_accessors.cu"
+    (target,) = load_targets(path).targets
+    proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
+    candidates = [c for group in _first_round(target, proposers, []) for c in group]
+    base = next(c for c in candidates if c.proposer == "rewrite:stride-loop")
+    base_target = _candidate_target(target, base)
+    assert base_target is not None
+    notes: list[str] = []
+    steps = _propose("launch-config", proposers["launch-config"], base_target, notes)
+    assert steps and not notes
+    for step in steps:
+        assert f"void lstm_cell_forward_kernel{SUFFIX}(" in step.source, step.description
+        result = compile_in(
+            environment_for(path), step.source, target.name_expression, filename=str(path), arch="sm_90"
+        )
+        assert result.ok, (step.description, [d.message for d in result.diagnostics])

@@ -123,3 +123,37 @@ def test_the_float_forms_verify_on_the_gpu(tmp_path: Path) -> None:
             results = engine.evaluate(baseline, propose_single_precision(target))
             assert results and all(r.verified for r in results), shown(baseline.target, results)
             print(shown(baseline.target, results))
+
+
+@pytest.mark.parametrize(
+    ("kernel", "chain"),
+    [
+        ("gelu", "vectorize+single-precision"),
+        ("lstm_cell_forward_kernel", "rewrite:stride-loop+rewrite:vector-loop+single-precision"),
+    ],
+)
+def test_chained_after_the_vectors_in_the_first_round(tmp_path: Path, kernel: str, chain: str) -> None:
+    """Once the loads are vectors the double math is the cost left, and a kernel whose search budget ends
+    in the first round (the LSTM cell's, at 12 s) must still try both: the vectorised candidate gets its
+    literals made float in the same round, and that kernel compiles."""
+    from cuda_agent.agent.optimize import PROPOSERS
+    from cuda_agent.agent.search import _first_round
+    from cuda_agent.agent.targets import load_targets
+
+    lstm = ROOT / "bench" / "kernels" / "outside" / "lstm_cell_accessors.cu"
+    target = target_of(tmp_path, GELU, "gelu") if kernel == "gelu" else load_targets(lstm).targets[0]
+    proposers = {name: p for name, p in PROPOSERS.items() if name != "llm"}
+    candidates = [c for group in _first_round(target, proposers, []) for c in group]
+    (chained,) = [c for c in candidates if c.proposer == chain]
+    assert "reinterpret_cast<" in chained.source and "4*>" in chained.source  # the vectors, kept
+    assert "1.0f" in chained.source and "1.0 " not in chained.source.split("*/", 1)[1]
+    from cuda_agent.agent.compile_environment import compile_in, environment_for
+
+    result = compile_in(
+        environment_for(target.path),  # the extension's headers, as the engine finds them
+        chained.source,
+        target.name_expression,
+        filename=str(target.path),
+        arch="sm_90",
+    )
+    assert result.ok, [d.message for d in result.diagnostics]

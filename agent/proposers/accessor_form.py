@@ -69,13 +69,16 @@ def through_pointers(
     assert target.spec is not None  # a form is made for kernels with a spec
     name = target.kernel.name
     original, accessor_kernel = _kernel_text(form.target.source, name), _kernel_text(target.source, name)
+    brought_back = f"{name}{SUFFIX}" in (accessor_kernel or "")
     candidates = []
     for candidate in proposer(form.target):
         rewritten = _kernel_text(candidate.source, name)
         if rewritten is None:
             continue
         pointer_source = candidate.source.replace(form.added, "", 1) if form.added else candidate.source
-        body_rewritten = rewritten != original  # else a launch or a flag: the kernel as the user wrote it
+        # else a launch or a flag: the kernel as the user wrote it. A file brought back before (a chain's
+        # base) has its body in the form's kernel, and the kernel as written only calls it: brought back too.
+        body_rewritten = rewritten != original or brought_back
         # the rewrite's pointer file read back, when something needs it: its spec comment, its form
         reread = None
         if body_rewritten or target.spec.inferred:
