@@ -1,11 +1,16 @@
-"""`python -m bench.sweep_bench PATH... [--compile] [--all]`: the offline proposers over code we did not
-write, on CPU. For every kernel of the .cu/.cuh files under PATH (a checkout of a public repository, say):
-whether it gets a spec (written, or inferred, and why not), which analysis-driven rewrites and idioms
-(with --all: every offline proposer, the transforms and launch tuning too) the first round offers (chains
-included), any proposer that raised (a bug: a proposer declines, it never raises),
+"""`python -m bench.sweep_bench PATH... [--compile] [--all] [--second-round]`: the offline proposers over
+code we did not write, on CPU. For every kernel of the .cu/.cuh files under PATH (a checkout of a public
+repository, say): whether it gets a spec (written, or inferred, and why not), which analysis-driven
+rewrites and idioms (with --all: every offline proposer, the transforms and launch tuning too) the first
+round offers (chains included), any proposer that raised (a bug: a proposer declines, it never raises),
 the slowest proposer calls, and with --compile whether each first-round candidate compiles with nvcc
 where the original does. Prints the figures and the failures; exits 1 when a proposer raised or a
-candidate broke a compiling original."""
+candidate broke a compiling original.
+
+With --second-round, a later round as the search makes it, every proposer counted as one that helped: on
+each of a kernel's first `SECOND_ROUND_BASES` analysis-driven candidates, every follow-up proposer,
+combined (with --compile, compiled too). A rewrite's file is then what the proposers read: a lost
+function or launch shows there, not in the first round."""
 
 from __future__ import annotations
 
@@ -18,14 +23,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.compile_environment import compile_in, environment_for
 from cuda_agent.agent.optimize import PROPOSERS
 from cuda_agent.agent.repository import find_sources
-from cuda_agent.agent.search import Proposer, _first_round
+from cuda_agent.agent.search import (
+    Proposer,
+    _candidate_target,
+    _first_round,
+    _propose,
+    combine,
+    follow_ups,
+)
 from cuda_agent.agent.targets import KernelTarget, load_targets
 
 ANALYSED = ("rewrite:", "idiom:")  # the proposers the sweep counts: the ones the analysis drives
 SLOW_S = 1.0  # a first round slower than this for one kernel is listed
+SECOND_ROUND_BASES = 2  # with --second-round: of each kernel's analysis-driven candidates, how many
 
 
 @dataclass
@@ -39,10 +53,15 @@ class Sweep:
     broke: list[str] = field(default_factory=list)
     slow: list[tuple[float, str]] = field(default_factory=list)
     compiled: int = 0
+    combined: int = 0  # with --second-round: candidates made on a first-round candidate's file
 
 
 def sweep(
-    paths: Sequence[Path], compile_candidates: bool = False, arch: str = "sm_90", every: bool = False
+    paths: Sequence[Path],
+    compile_candidates: bool = False,
+    arch: str = "sm_90",
+    every: bool = False,
+    second_round: bool = False,
 ) -> Sweep:
     found = Sweep()
     proposers = {name: p for name, p in PROPOSERS.items() if every or name.startswith(ANALYSED)}
@@ -58,13 +77,15 @@ def sweep(
                 found.no_spec[_first_clause(target.note)] += 1
                 continue
             found.with_spec += 1
-            _first_round_of(found, target, proposers, compile_candidates, arch)
+            candidates = _first_round_of(found, target, proposers, compile_candidates, arch)
+            if second_round:
+                _second_round_of(found, target, candidates, compile_candidates, arch)
     return found
 
 
 def _first_round_of(
     found: Sweep, target: KernelTarget, proposers: dict[str, Proposer], compile_candidates: bool, arch: str
-) -> None:
+) -> list[Candidate]:
     where = f"{target.path}:{target.kernel.name}"
     notes: list[str] = []
     started = time.perf_counter()
@@ -72,7 +93,7 @@ def _first_round_of(
         groups = _first_round(target, proposers, notes)
     except Exception:
         found.raised.append(f"{where}: {traceback.format_exc(limit=4)}")
-        return
+        return []
     seconds = time.perf_counter() - started
     if seconds > SLOW_S:
         found.slow.append((seconds, where))
@@ -83,8 +104,38 @@ def _first_round_of(
     if candidates:
         found.offered += 1
     found.by_proposer.update({c.proposer.split("+")[0] for c in candidates})
-    if not compile_candidates or not candidates:
+    if compile_candidates:
+        _compile_each(found, target, candidates, arch)
+    return candidates
+
+
+def _second_round_of(
+    found: Sweep, target: KernelTarget, first: list[Candidate], compile_candidates: bool, arch: str
+) -> None:
+    """What a later round proposes on the first analysis-driven candidates, every proposer helpful."""
+    where = f"{target.path}:{target.kernel.name}"
+    bases = [c for c in first if c.proposer.startswith(ANALYSED)][:SECOND_ROUND_BASES]
+    combined = []
+    for base in bases:
+        base_target = _candidate_target(target, base)
+        if base_target is None:
+            found.raised.append(f"{where}: {base.proposer}: its file does not read back with a spec")
+            continue
+        for name in follow_ups(base, set(PROPOSERS), PROPOSERS):
+            notes: list[str] = []
+            steps = _propose(name, PROPOSERS[name], base_target, notes)
+            found.raised += [f"{where}: on {base.proposer}: {note}" for note in notes]
+            combined += [combine(base, step, base_target, target) for step in steps]
+    found.combined += len(combined)
+    if compile_candidates:
+        _compile_each(found, target, combined, arch)
+
+
+def _compile_each(found: Sweep, target: KernelTarget, candidates: list[Candidate], arch: str) -> None:
+    """Compile each candidate where the original compiles; a failure is a candidate that broke it."""
+    if not candidates:
         return
+    where = f"{target.path}:{target.kernel.name}"
     environment = environment_for(target.path)
     original = compile_in(
         environment, target.source, target.name_expression, filename=str(target.path), arch=arch
@@ -115,8 +166,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--all", action="store_true", help="every offline proposer, not only the analysis-driven ones"
     )
+    parser.add_argument(
+        "--second-round",
+        action="store_true",
+        help="also every follow-up on each kernel's first analysis-driven candidates, as a later round",
+    )
     arguments = parser.parse_args(argv)
-    found = sweep(arguments.paths, arguments.compile, arguments.arch, arguments.all)
+    found = sweep(arguments.paths, arguments.compile, arguments.arch, arguments.all, arguments.second_round)
     print(
         f"kernels: {found.kernels}; with a spec: {found.with_spec}; "
         f"offered {'a candidate' if arguments.all else 'a rewrite or an idiom'}: {found.offered}"
@@ -126,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("no spec, by reason:")
     for reason, count in found.no_spec.most_common(12):
         print(f"  {count:4d}  {reason}")
+    if arguments.second_round:
+        print(f"second-round candidates on the first analysis-driven ones: {found.combined}")
     if arguments.compile:
         print(
             f"candidates compiled: {found.compiled}; broken where the original compiles: {len(found.broke)}"

@@ -44,3 +44,18 @@ def test_with_all_the_transforms_and_launch_tuning_are_counted_too(tmp_path: Pat
     assert found.by_proposer["rewrite:block-to-loop"] == 1 and not found.raised
     assert found.by_proposer["launch-config"] == 1 and found.by_proposer["restrict"] == 1
     assert "launch-config" not in sweep([folder(tmp_path)]).by_proposer
+
+
+@needs_compiler
+def test_the_second_round_is_made_on_the_rewrites_files_and_compiles(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """--second-round: every follow-up proposer on the first rewrites, as a later round makes them (on an
+    accessor kernel, on the file a rewrite brought back), and each compiles."""
+    (tmp_path / "lstm.cu").write_text(
+        (ROOT / "bench" / "kernels" / "outside" / "lstm_cell_accessors.cu").read_text()
+    )
+    found = sweep([tmp_path], second_round=True)
+    assert found.combined >= 10 and not found.raised  # launch tuning and the transforms, on two bases
+    assert main([str(tmp_path), "--compile", "--second-round"]) == 0
+    printed = capsys.readouterr().out
+    assert f"second-round candidates on the first analysis-driven ones: {found.combined}" in printed
+    assert "broken where the original compiles: 0" in printed
