@@ -1,8 +1,10 @@
-"""Before a rewrite is shown, its measurement in full. A search screens its candidates with measurements
-that stop once the verdict and the speedup are settled (a few dozen interleaved pairs, sandbox/paired.py);
-the one chosen is timed again for the whole budget (Engine.confirm): the figures the user sees, and the
-hundreds of checked launches that catch a kernel changing after many of them. A confirmed one that is no
-longer the fastest gives way to the next, which is confirmed in turn."""
+"""Before a rewrite is shown, its verification and measurement in full. A search screens its candidates
+on a few of the input sets (EngineSettings.screen_input_sets) and with measurements that stop once the
+verdict and the speedup are settled (a few dozen interleaved pairs, sandbox/paired.py); the one chosen is
+verified on every input set and timed again for the whole budget (Engine.confirm): the figures the user
+sees, and the hundreds of checked launches that catch a kernel changing after many of them. A confirmed
+one that fails the rest of the input sets, or is no longer the fastest, gives way to the next, which is
+confirmed in turn."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ class Confirmation:
         return bool(
             result.faster
             and comparison is not None
-            and comparison.settled_early
+            and (comparison.settled_early or self.engine.screened(result))
             and result.candidate.id not in self.confirmed
         )
 
@@ -56,4 +58,9 @@ class Confirmation:
         if confirmed is None:
             return result
         # the rest of the result (the sanitizer's verdict, say) as it stands now
-        return replace(result, comparison=confirmed.comparison, error=confirmed.error)
+        return replace(
+            result,
+            verification=confirmed.verification,
+            comparison=confirmed.comparison,
+            error=confirmed.error,
+        )

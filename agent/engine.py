@@ -54,6 +54,10 @@ class EngineSettings:
     timeout_s: float = 5.0  # a launch that has not finished after this is a hang
     arch: str | None = None  # None: the GPU's own, else DEFAULT_ARCH
     input_sets: int = 5
+    # A search's candidates are verified on this many of them first, a screening as their timing is (on
+    # the H100 verifying was half of a search's time: 0.5 s a candidate at 256 MiB); the one to be shown
+    # is verified on all `input_sets` before it is (Engine.confirm), and gives way if that fails.
+    screen_input_sets: int = 2
     time_budget_s: float = 0.6  # timed work per measurement
     # A candidate's measurement stops once its verdict and speedup are settled (sandbox/paired.py); the
     # one to be shown is measured again in full first (Engine.confirm).
@@ -299,14 +303,18 @@ class Engine:
         progress: Progress | None = None,
         on_result: Callable[[CandidateResult], None] | None = None,
         keep_going: Callable[[], bool] | None = None,
+        screen: bool = False,
     ) -> list[CandidateResult]:
         """Compile the candidates in parallel on the CPU and verify and time each on the GPU in turn, the
         first while the others still compile; while `keep_going()` (a search's time budget): the
-        candidates left then are not evaluated."""
+        candidates left then are not evaluated. With `screen` (a search), each is verified on
+        `screen_input_sets` input sets only: `confirm` verifies the one to be shown on all of them."""
         pool = ThreadPoolExecutor(max_workers=4)
         compiled = [pool.submit(self.compile, baseline.target, c.source, c) for c in candidates]
         try:
-            return self._evaluate_compiled(baseline, candidates, compiled, progress, on_result, keep_going)
+            return self._evaluate_compiled(
+                baseline, candidates, compiled, progress, on_result, keep_going, screen
+            )
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # a search stopped early: no wasted compiles
 
@@ -318,6 +326,7 @@ class Engine:
         progress: Progress | None,
         on_result: Callable[[CandidateResult], None] | None,
         keep_going: Callable[[], bool] | None,
+        screen: bool,
     ) -> list[CandidateResult]:
         """Each candidate on the next free worker, as many at once as the executor has workers; results in
         the candidates' order, `on_result` called as each ends (one call at a time)."""
@@ -325,7 +334,7 @@ class Engine:
         results: dict[int, CandidateResult] = {}
 
         def run(index: int, candidate: Candidate, compiling: Future[CompileResult]) -> None:
-            result = self._evaluate_one(baseline, candidate, compiling.result())
+            result = self._evaluate_one(baseline, candidate, compiling.result(), screen)
             self.recorder.candidate(baseline, result, self.gpu, self.arch)
             with lock:
                 results[index] = result
@@ -371,11 +380,13 @@ class Engine:
         return [results[i] for i in sorted(results)]
 
     def _evaluate_one(
-        self, baseline: Baseline, candidate: Candidate, compiled: CompileResult
+        self, baseline: Baseline, candidate: Candidate, compiled: CompileResult, screen: bool = False
     ) -> CandidateResult:
         if not compiled.ok or compiled.kernel is None:
             return CandidateResult(candidate, compiled)
-        under_test = self._under_test(baseline, candidate, compiled.kernel, "candidate")
+        input_sets = self._input_sets(screen)
+        purpose = "screened" if input_sets < self.settings.input_sets else "candidate"
+        under_test = self._under_test(baseline, candidate, compiled.kernel, purpose)
         if isinstance(under_test, WorkerError):
             return CandidateResult(candidate, compiled, error=under_test)
         kernel, key = under_test
@@ -383,9 +394,7 @@ class Engine:
         if isinstance(cached, CandidateResult):
             return replace(cached, candidate=candidate, compile=compiled, cached=True)
         reference = _reference_for(baseline.problems, baseline.kernel)
-        report = self._sandbox_verify(
-            VerifyRequest(kernel, baseline.problems, reference, self.settings.input_sets)
-        )
+        report = self._sandbox_verify(VerifyRequest(kernel, baseline.problems, reference, input_sets))
         if isinstance(report, WorkerError):
             return CandidateResult(candidate, compiled, error=report)
         result = CandidateResult(candidate, compiled, report)
@@ -397,11 +406,24 @@ class Engine:
         self.cache.set(key, result)
         return result
 
+    def _input_sets(self, screen: bool) -> int:
+        full = self.settings.input_sets
+        return min(full, max(1, self.settings.screen_input_sets)) if screen else full
+
+    def screened(self, result: CandidateResult) -> bool:
+        """Whether the result's verification was a search's screening, on fewer input sets than a shown
+        rewrite's."""
+        report = result.verification
+        return report is not None and report.passed and report.input_sets < self.settings.input_sets
+
     def confirm(self, baseline: Baseline, result: CandidateResult) -> CandidateResult:
-        """A faster candidate whose measurement settled early, measured again for the whole budget: the
-        figures a user is shown, and hundreds of launches whose sampled outputs are checked (a kernel that
-        changes after many launches is caught here, not only in the few dozen a screening made). Any other
-        result is returned as it is. Cached like a candidate's result."""
+        """A candidate before it is shown: verified on every input set where a screening verified it on
+        fewer (one that then fails is no longer verified, nor faster); and, faster with a measurement that
+        settled early, measured again for the whole budget: the figures a user is shown, and hundreds of
+        launches whose sampled outputs are checked (a kernel that changes after many launches is caught
+        here, not only in the few dozen a screening made). Any other result is returned as it is. Cached
+        like a candidate's result."""
+        result = self._verified_in_full(baseline, result)
         comparison = result.comparison
         if not result.faster or comparison is None or not comparison.settled_early:
             return result
@@ -420,6 +442,27 @@ class Engine:
         if timed is not None:
             self.cache.set(key, timed)
         return replace(result, comparison=timed)
+
+    def _verified_in_full(self, baseline: Baseline, result: CandidateResult) -> CandidateResult:
+        if not self.screened(result) or result.compile.kernel is None:
+            return result
+        under_test = self._under_test(baseline, result.candidate, result.compile.kernel, "verified")
+        if isinstance(under_test, WorkerError):
+            return replace(result, comparison=None, error=under_test)
+        kernel, key = under_test
+        report = self.cache.get(key)
+        if not isinstance(report, VerificationReport):
+            reference = _reference_for(baseline.problems, baseline.kernel)
+            verified = self._sandbox_verify(
+                VerifyRequest(kernel, baseline.problems, reference, self.settings.input_sets)
+            )
+            if isinstance(verified, WorkerError):  # unverified: not shown
+                return replace(result, comparison=None, error=verified)
+            report = verified
+            self.cache.set(key, report)
+        if not report.passed:  # a screening's input sets passed, another did not: not a rewrite to show
+            return replace(result, verification=report, comparison=None)
+        return replace(result, verification=report)
 
     def _under_test(
         self, baseline: Baseline, candidate: Candidate, compiled: CompiledKernel, purpose: str

@@ -118,7 +118,11 @@ def optimize(
         candidates: list[Candidate] | tuple[Candidate, ...], on_result: Callable[[CandidateResult], None]
     ) -> list[CandidateResult]:
         return engine.evaluate(
-            baseline, candidates, on_result=on_result, keep_going=lambda: time.monotonic() < deadline
+            baseline,
+            candidates,
+            on_result=on_result,
+            keep_going=lambda: time.monotonic() < deadline,
+            screen=True,  # the shown one is verified on every input set before it is (`choose`)
         )
 
     shown: str | None = None  # the id of the candidate last passed to on_best
