@@ -370,7 +370,9 @@ def _propose(name: str, proposer: Proposer, target: KernelTarget, notes: list[st
     try:
         if has_accessors(target):  # rewrites read pointers: made on the kernel's pointer form
             return through_pointers(proposer, target)
-        return through_normal_form(proposer, target)  # `CUDA_KERNEL_LOOP(i, n) {` read as its `for`, ...
+        # `CUDA_KERNEL_LOOP(i, n) {` read as its `for`, ...; a grid-stride loop as a thread an element
+        # for the rewrites the analysis drives
+        return through_normal_form(proposer, target, grid_stride=name.startswith(("rewrite:", "idiom:")))
     except Exception as exc:
         notes.append(f"proposer {name} failed on {target.kernel.name}: {type(exc).__name__}: {exc}")
         return []

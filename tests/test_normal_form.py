@@ -1,7 +1,9 @@
 """Kernels spelled otherwise than the rewrites read them get the rewrites through their normal form: a
 grid-stride loop written as a `while` is read as its `for` (the vector loop then applies), a barrier as
 the kernel's last statement is left out (the element-wise rewrites then apply), and neither is read so
-where the index outlives the loop, a `continue` would skip the step, or the barrier orders something."""
+where the index outlives the loop, a `continue` would skip the step, or the barrier orders something. A
+grid-stride loop over the outputs is read as a thread an output for the analysis-driven rewrites, each
+then launched over a grid that covers them."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ from pathlib import Path
 import pytest
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import device_source
-from cuda_agent.agent.proposers.normal_form import normal_form
-from cuda_agent.agent.proposers.rewrites import stride_loop, vector_loop
+from cuda_agent.agent.optimize import PROPOSERS
+from cuda_agent.agent.proposers.normal_form import grid_stride_form, normal_form
+from cuda_agent.agent.proposers.rewrites import stride_loop, vector_loop, warp_per_output, y_split
+from cuda_agent.agent.proposers.transforms import TRANSFORMS
 from cuda_agent.agent.search import _propose
 from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
@@ -72,6 +76,48 @@ __global__ void scaled(float *dst, float *src, int cols, int rows)
 """
 
 
+# Column means of a row-major matrix, one output a step of a grid-stride loop over the columns, launched
+# over a fixed number of blocks the way grid-stride code usually is.
+COLUMN_MEANS = """/* cuda-agent
+[sizes]
+rows = 2048
+cols = 8192
+[args]
+m = { role = "input", dtype = "float32", shape = ["rows", "cols"] }
+means = { role = "output", dtype = "float32", shape = ["cols"] }
+rows = { role = "scalar", dtype = "int32", value = "rows" }
+cols = { role = "scalar", dtype = "int32", value = "cols" }
+[launch]
+block = [128]
+grid = [16]
+[verify]
+sizes = [{ rows = 37, cols = 1001 }]
+oracle = { means = "m.mean(0)" }
+reduction = "rows"
+*/
+__global__ void column_means(const float* m, float* means, int rows, int cols)
+{
+    for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < cols; col += gridDim.x * blockDim.x) {
+        float total = 0.0f;
+        for (int row = 0; row < rows; ++row)
+            total += m[row * cols + col];
+        means[col] = total / rows;
+    }
+}
+"""
+
+# Squared row norms, written as NVIDIA's samples write grid-stride loops, spec inferred.
+ROW_NORMS = """__global__ void row_norms(const float* x, float* norms, int rows, int cols)
+{
+    for (int r = threadIdx.x + blockIdx.x * blockDim.x; r < rows; r += blockDim.x * gridDim.x) {
+        float acc = 0.0f;
+        for (int c = 0; c < cols; ++c) acc += x[r * cols + c] * x[r * cols + c];
+        norms[r] = acc;
+    }
+}
+"""
+
+
 def _target(source: str) -> KernelTarget:
     (target,) = load_targets(Path("kernel.cu"), source).targets
     assert target.spec is not None, target.note
@@ -128,6 +174,93 @@ def test_a_while_loop_is_left_as_written_where_its_for_would_differ(old: str, ne
     assert normal_form(_target(LEAKY.replace(old, new))) is None, why
 
 
+@needs_compiler
+def test_a_grid_stride_loop_over_the_outputs_gets_the_rewrites_of_a_thread_an_output() -> None:
+    """As written, no analysis-driven rewrite reads the loop over the outputs; read as a thread an output
+    it gets the lane split, and each candidate brings a launch whose grid covers the rows."""
+    (target,) = load_targets(Path("row_norms.cu"), ROW_NORMS).targets
+    assert target.spec is not None, target.note
+    assert warp_per_output.propose(target) == []
+    stepped = grid_stride_form(target)
+    assert stepped is not None and stepped.spec is not None
+    body = stepped.source.split("void row_norms(")[1]
+    assert "int r = threadIdx.x + blockIdx.x * blockDim.x;\n    if (r < rows) {" in body
+    assert "gridDim" not in body
+    assert stepped.spec.launch.grid == ("ceil_div(rows, block.x)",)
+    candidates = _propose(warp_per_output.PROPOSER, warp_per_output.propose, target, [])
+    assert candidates and all(c.launch is not None for c in candidates)
+    warp = candidates[0]
+    assert warp.description.startswith("one warp per r") and "__shfl_xor_sync" in warp.source
+    assert warp.launch is not None and warp.launch.grid == ("ceil_div(rows, block.x // 32)",)
+    _compiles(target, warp)
+    # the transforms keep the loop as the user wrote it
+    (restricted,) = _propose("restrict", TRANSFORMS["restrict"], target, [])
+    assert "r += blockDim.x * gridDim.x" in restricted.source
+
+
+def test_the_grid_stride_may_be_a_local_of_its_own() -> None:
+    """`int stride = blockDim.x * gridDim.x;` read only by the loop's step goes with the loop."""
+    source = ROW_NORMS.replace(
+        "{\n    for (int r = threadIdx.x + blockIdx.x * blockDim.x; r < rows; r += blockDim.x * gridDim.x) {",
+        "{\n    int stride = blockDim.x * gridDim.x;\n"
+        "    for (int r = threadIdx.x + blockIdx.x * blockDim.x; r < rows; r += stride) {",
+    )
+    assert source != ROW_NORMS
+    (target,) = load_targets(Path("row_norms.cu"), source).targets
+    stepped = grid_stride_form(target)
+    assert stepped is not None
+    body = stepped.source.split("void row_norms(")[1]
+    assert "stride" not in body and "if (r < rows) {" in body
+    # read elsewhere too, or changed: the loop stays as written
+    elsewhere = source.replace("norms[r] = acc;", "norms[r] = acc + stride * 0.0f;")
+    changed = source.replace("norms[r] = acc;", "norms[r] = acc;\n        stride = 1;")
+    for other in (elsewhere, changed):
+        (kept,) = load_targets(Path("row_norms.cu"), other).targets
+        stepped_other = grid_stride_form(kept)
+        assert stepped_other is None or "stride" in stepped_other.source.split("void row_norms(")[1]
+
+
+@needs_compiler
+def test_a_fixed_grid_is_replaced_by_one_covering_the_outputs() -> None:
+    """The spec launches 16 blocks, each thread looping; the split of the column walk across y threads
+    is written with a grid over all the columns, the sizes' names in it."""
+    target = _target(COLUMN_MEANS)
+    stepped = grid_stride_form(target)
+    assert stepped is not None and stepped.spec is not None
+    assert stepped.spec.launch.grid == ("ceil_div(cols, block.x)",)
+    # as the search proposes it: the launch written into the file's spec
+    candidates = _propose(y_split.PROPOSER, PROPOSERS[y_split.PROPOSER], target, [])
+    assert candidates and all(c.launch is not None and "cols" in c.launch.grid[0] for c in candidates)
+    for candidate in candidates:
+        _compiles(target, candidate)
+        assert "grid = [16]" not in candidate.source  # the launch it needs, written in its spec
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (
+            "means[col] = total / rows;",
+            "means[col] = total / rows;\n        if (total < 0) break;",
+            "a break",
+        ),
+        ("means[col] = total / rows;", "means[col] = total / rows;\n        col += 1;", "the index moved"),
+        ("col += gridDim.x * blockDim.x", "col += 2 * gridDim.x * blockDim.x", "a step of two grids"),
+        ("col < cols;", "col < cols + rows * 0 + m[0];", "a bound read from memory"),
+        (
+            "    }\n}\n",
+            "    }\n    for (int col = 0; col < 2; ++col) means[col] += 0.0f;\n}\n",
+            "a second loop",
+        ),
+    ],
+)
+def test_a_grid_stride_loop_is_left_as_written_where_one_step_would_differ(
+    old: str, new: str, why: str
+) -> None:
+    assert old in COLUMN_MEANS, why
+    assert grid_stride_form(_target(COLUMN_MEANS.replace(old, new))) is None, why
+
+
 def test_a_barrier_with_work_after_it_stays() -> None:
     source = SCALED.replace("    __syncthreads();\n}", "    __syncthreads();\n    dst[0] = src[1];\n}")
     assert normal_form(_target(source)) is None
@@ -135,8 +268,9 @@ def test_a_barrier_with_work_after_it_stays() -> None:
 
 @pytest.mark.gpu
 def test_rewrites_made_on_the_normal_form_verify_on_the_gpu() -> None:
-    """The leaky ReLU's vector loop (its `while` read as a `for`, its output not loaded) and the stride loop
-    of the kernel that ended with a barrier, verified against the kernels as written."""
+    """The leaky ReLU's vector loop (its `while` read as a `for`, its output not loaded), the stride loop
+    of the kernel that ended with a barrier, and the rewrites of two grid-stride loops over the outputs
+    (the column means launched on 16 blocks as written), verified against the kernels as written."""
     from cuda_agent.agent.engine import Engine, EngineSettings
 
     from tests.test_rewrite_warp_per_output import shown
@@ -146,6 +280,15 @@ def test_rewrites_made_on_the_normal_form_verify_on_the_gpu() -> None:
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             results = engine.evaluate(baseline, _propose(proposer.PROPOSER, proposer.propose, target, []))
+            seen = shown(baseline.target, results)
+            print(seen)
+            assert results and all(r.verified for r in results), seen
+        # grid-stride loops over the outputs read as a thread an output, each rewrite on its own grid
+        (norms,) = load_targets(Path("row_norms.cu"), ROW_NORMS).targets
+        for target, name in ((norms, warp_per_output.PROPOSER), (_target(COLUMN_MEANS), y_split.PROPOSER)):
+            baseline = engine.baseline(target)
+            assert baseline.usable, baseline.error
+            results = engine.evaluate(baseline, _propose(name, PROPOSERS[name], target, []))
             seen = shown(baseline.target, results)
             print(seen)
             assert results and all(r.verified for r in results), seen

@@ -8,7 +8,13 @@ First drafts spell common shapes otherwise, and every rewrite would pass them by
   gridDim.x; }`) read as its `for`, where the index is declared for it alone (not read after the loop,
   nothing else changes it, no `continue` skips the step);
 - a `__syncthreads();` as the kernel's last statement left out: nothing runs after it, so it orders
-  nothing (element-wise kernels copied from shared-memory ones keep it).
+  nothing (element-wise kernels copied from shared-memory ones keep it);
+- for the analysis-driven rewrites only (`grid_stride_form`), a grid-stride loop over x as the kernel's
+  outer loop (`for (int i = gid; i < n; i += blockDim.x * gridDim.x) { ... }`, the style of NVIDIA's
+  samples and of most modern code) read as one iteration a thread (`int i = gid; if (i < n) { ... }`),
+  launched over a grid that covers n. The two compute the same under that launch, and every rewrite
+  made on it carries its launch into the file (a candidate that would not is dropped): on the LS-CAT
+  sample a row sum written so was offered no rewrite at all, its guarded twin a dozen.
 
 The spec was inferred from the text as written; the proposers run on the normal form, and their
 candidates carry it (the same computation the compiler saw), with their own change.
@@ -17,6 +23,7 @@ candidates carry it (the same computation the compiler saw), with their own chan
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from cuda_agent.agent.analysis import assigned_names
 from cuda_agent.agent.analysis.values import text
@@ -39,11 +46,157 @@ def normal_form(target: KernelTarget) -> KernelTarget | None:
 
 
 def through_normal_form(
-    proposer: Callable[[KernelTarget], list[Candidate]], target: KernelTarget
+    proposer: Callable[[KernelTarget], list[Candidate]], target: KernelTarget, grid_stride: bool = False
 ) -> list[Candidate]:
-    """The proposer's candidates for the kernel, made on its normal form where it has one."""
+    """The proposer's candidates for the kernel, made on its normal form where it has one; with
+    `grid_stride` (the analysis-driven rewrites), also those made on its grid-stride loop read as a
+    thread an element, where it has one, that bring their own launch (or run on a covering grid)."""
     normal = normal_form(target)
-    return proposer(normal if normal is not None else target)
+    found = proposer(normal if normal is not None else target)
+    stepped = grid_stride_form(target) if grid_stride else None
+    if stepped is not None:
+        assert stepped.spec is not None and target.spec is not None
+        covering = stepped.spec.launch == target.spec.launch
+        made = {c.source for c in found}
+        found += [c for c in proposer(stepped) if (c.launch is not None or covering) and c.source not in made]
+    return found
+
+
+_STEPPED: BoundedMemo[tuple[str, str, int], tuple[KernelTarget | None]] = BoundedMemo(64)
+# The global x index, as first drafts spell it (spaces and parentheses taken out).
+_GLOBAL_X = frozenset(
+    f"{a}+{b}"
+    for product in ("blockIdx.x*blockDim.x", "blockDim.x*blockIdx.x")
+    for a, b in ((product, "threadIdx.x"), ("threadIdx.x", product))
+)
+_GRID_X = frozenset({"blockDim.x*gridDim.x", "gridDim.x*blockDim.x"})
+
+
+def grid_stride_form(target: KernelTarget) -> KernelTarget | None:
+    """The kernel's normal form with its outer grid-stride loop over x as one iteration a thread, its
+    spec's grid along x covering the loop's bound; None where it has no such loop (or the bound is not
+    made of the spec's sizes)."""
+    key = (str(target.path), target.source, target.kernel.start_byte)
+    return _STEPPED.get_or_make(key, lambda: (_stepped(target),))[0]
+
+
+def _stepped(target: KernelTarget) -> KernelTarget | None:
+    base = normal_form(target) or target
+    if base.spec is None or "gridDim" not in base.source:
+        return None
+    body = _body(base, base.source)
+    loops = _top_level(body, "for_statement") if body is not None else []
+    if body is None or len(loops) != 1:
+        return None
+    data = base.source.encode("utf-8")
+    found = _one_a_thread(data, body, loops[0])
+    if found is None:
+        return None
+    edits, bound = found
+    spec_bound = _in_spec_terms(bound, base)
+    if spec_bound is None:
+        return None
+    for begin, end, written in sorted(edits, reverse=True):
+        data = data[:begin] + written.encode("utf-8") + data[end:]
+    source = data.decode("utf-8")
+    stepped = reloaded_target(base, source)
+    if stepped is None or stepped.spec is None:
+        return None
+    launch = stepped.spec.launch
+    grid = (f"ceil_div({spec_bound}, block.x)", *launch.grid[1:])
+    return replace(stepped, spec=replace(stepped.spec, launch=replace(launch, grid=grid)))
+
+
+def _body(target: KernelTarget, source: str) -> Node | None:
+    """The kernel's body in `source`, which starts where the target's does."""
+    start = target.kernel.body_span.start_byte
+    node: Node | None = parse_cuda(source).root_node.descendant_for_byte_range(start, start + 1)
+    while node is not None and not (node.type == "compound_statement" and node.start_byte == start):
+        node = node.parent
+    return node
+
+
+def _one_a_thread(data: bytes, body: Node, loop: Node) -> tuple[list[Edit], Node] | None:
+    """The edits making `for (T i = gid; i < bound; i += blockDim.x * gridDim.x) BODY` into `T i = gid;
+    if (i < bound) BODY` (a `stride` local the step alone read taken out too), and the bound; None where
+    the loop is not such a loop, or where the index is not the loop's alone or BODY leaves or steps it."""
+    parts = [loop.child_by_field_name(f) for f in ("initializer", "condition", "update", "body")]
+    if any(part is None for part in parts):
+        return None
+    init, condition, update, inside = parts
+    assert init is not None and condition is not None and update is not None and inside is not None
+    index = _declares(init)
+    value = init.children_by_field_name("declarator")[0].child_by_field_name("value") if index else None
+    if index is None or value is None or _squeezed(text(value)) not in _GLOBAL_X:
+        return None
+    if update.type != "assignment_expression" or _step_of(update) != (index, "+="):
+        return None
+    step = update.child_by_field_name("right")
+    local = _grid_stride_local(body, loop, step) if step is not None else None
+    if step is None or not (_squeezed(text(step)) in _GRID_X or local is not None):
+        return None
+    left, bound = condition.child_by_field_name("left"), condition.child_by_field_name("right")
+    relation = condition.child_by_field_name("operator")
+    if condition.type != "binary_expression" or left is None or bound is None or relation is None:
+        return None
+    if text(left) != index or relation.type != "<":
+        return None
+    leaves = ("continue_statement", "break_statement")
+    if any(n.type in leaves and _in_this_loop(n, loop) for n in walk(inside)) or _assigns(inside, index):
+        return None  # no `if` spells the loop's own continue or break; a changed index steps otherwise
+    if any(index in identifiers(n) for n in body.named_children if n != loop):
+        return None  # the name declared again elsewhere: the loop's own cannot move out of the loop
+    line_start = data.rfind(b"\n", 0, loop.start_byte) + 1
+    indent = data[line_start : loop.start_byte].decode("utf-8")
+    head = text(init).rstrip().rstrip(";").strip()
+    edits = [(loop.start_byte, inside.start_byte, f"{head};\n{indent}if ({text(condition)}) ")]
+    # a stride local read nowhere else (its declaration and the loop name it) goes with the loop's step
+    readers = sum(text(step) in identifiers(n) for n in body.named_children)
+    if local is not None and readers == 2 and text(step) not in identifiers(inside):
+        edits.append(_line_removed(data, local))
+    return edits, bound
+
+
+def _grid_stride_local(body: Node, loop: Node, step: Node) -> Node | None:
+    """The declaration of the step where it is a local the body declares before the loop as the grid's
+    width (`int stride = blockDim.x * gridDim.x;`) and nothing changes; None otherwise."""
+    if step.type != "identifier":
+        return None
+    name, siblings = text(step), list(body.named_children)
+    for node in reversed(siblings[: siblings.index(loop)]):
+        if _declares(node) == name:
+            value = node.children_by_field_name("declarator")[0].child_by_field_name("value")
+            grid = value is not None and _squeezed(text(value)) in _GRID_X
+            return node if grid and not _assigns(body, name) else None
+    return None
+
+
+def _step_of(update: Node) -> tuple[str, str] | None:
+    left, operator = update.child_by_field_name("left"), update.child_by_field_name("operator")
+    return (text(left), operator.type) if left is not None and operator is not None else None
+
+
+def _squeezed(written: str) -> str:
+    return "".join(c for c in written if c not in " \t\n()")
+
+
+def _in_spec_terms(bound: Node, target: KernelTarget) -> str | None:
+    """The bound with each parameter it names replaced by that scalar's value in the spec (`rows` ->
+    `rows`, `n` -> `(n_rows * n_cols)`); None where a name is no scalar with a value there."""
+    assert target.spec is not None
+    values = {a.name: a.value for a in target.spec.arguments if a.role == "scalar" and a.value is not None}
+    names = [n for n in walk(bound) if n.type == "identifier"]
+    if any(text(n) not in values for n in names):
+        return None
+    written, at = "", bound.start_byte
+    source = bound.text or b""
+    for name in names:
+        written += source[at - bound.start_byte : name.start_byte - bound.start_byte].decode("utf-8")
+        value = str(values[text(name)])
+        written += value if value.replace("_", "").isalnum() else f"({value})"
+        at = name.end_byte
+    written += source[at - bound.start_byte :].decode("utf-8")
+    return written
 
 
 def _normalised(target: KernelTarget) -> KernelTarget | None:
