@@ -29,6 +29,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ from cuda_agent.agent.feedback import (
 )
 from cuda_agent.agent.spec import render_spec
 from cuda_agent.sandbox.protocol import TorchTimingResult
-from cuda_agent.sandbox.reports import DeviceInfo, TimingReport
+from cuda_agent.sandbox.reports import DeviceInfo, TimingReport, VerificationReport
 from cuda_agent.sandbox.sanitizer import SanitizerReport
 
 from cuda_agent import __version__
@@ -59,6 +60,9 @@ SAMPLE_SCHEMA = 1
 # The records' `kind`; a `sanitizer` record is compute-sanitizer's verdict on a sample's candidate, written
 # after it (the gate checks only the best candidates, once the search has timed them).
 CANDIDATE, TORCH, TRAJECTORY, SANITIZER = "candidate", "torch", "trajectory", "sanitizer"
+# A `verification` record: a candidate a search verified on a few input sets (its sample says so), failing
+# the rest when it was about to be shown (Engine.confirm); its sample is incorrect in the export.
+VERIFICATION = "verification"
 SEEN_KEYS = 100_000  # keys remembered by a long-running process, to write each sample once
 # A file past this is no prompt a model trains on, and its samples (the file twice each) would fill the log
 # with tens of MB a search: they are not logged.
@@ -180,11 +184,50 @@ class CandidateLog:
         except Exception:
             logger.exception("could not log the PyTorch timing of %s", baseline.target.kernel.name)
 
+    def verification(
+        self,
+        baseline: Baseline,
+        result: CandidateResult,
+        report: VerificationReport,
+        device: DeviceInfo | None,
+    ) -> None:
+        """A screened candidate's failing verification on every input set: its sample, logged with the
+        screening's pass, is incorrect in the export. Never raises."""
+        if report.passed:
+            return
+        failure = report.failures[0] if report.failures else None
+        self._verdict(baseline, result, device, VERIFICATION, "verification", lambda: {
+            "status": "rejected", "check": failure.check if failure else None, "reason": report.reason,
+            "input_sets": report.input_sets, "problems": list(report.problems), "seeds": list(report.seeds),
+            "timestamp": now(),
+        })  # fmt: skip
+
     def sanitizer(
         self, baseline: Baseline, result: CandidateResult, report: SanitizerReport, device: DeviceInfo | None
     ) -> None:
         """compute-sanitizer's verdict on a candidate the gate checked (agent/sanitizer_gate.py): its sample,
         logged when it was evaluated, is incorrect in the export when the verdict is a rejection."""
+        self._verdict(baseline, result, device, SANITIZER, f"sanitizer:{report.status}", lambda: {
+            "status": report.status,
+            # The tool whose finding rejected it: the failed check, as a verifier's check is named.
+            "check": report.findings[0].tool if report.rejected and report.findings else None,
+            "summary": report.summary(OF_THE_REWRITE), "reason": report.reason,
+            "findings": [asdict(f) for f in report.findings],
+            "runs": [asdict(r) for r in report.runs],
+            "seconds": report.seconds, "toolchain": _toolchain(), "timestamp": now(),
+        })  # fmt: skip
+
+    def _verdict(
+        self,
+        baseline: Baseline,
+        result: CandidateResult,
+        device: DeviceInfo | None,
+        kind: str,
+        tag: str,
+        fields: Callable[[], dict[str, Any]],
+    ) -> None:
+        """A later verdict on a candidate's sample (by its key), once per `tag`. Never raises: a log that
+        cannot be written fails no search."""
         if device is None:  # no GPU: no sample either
             return
         try:
@@ -193,23 +236,15 @@ class CandidateLog:
                 return
             prompt, original = _original(baseline, device)
             key = sample_key(prompt, result.candidate)
-            if not self._first(log, f"sanitizer:{report.status}:{key}"):
+            if not self._first(log, f"{tag}:{key}"):
                 return
-            log.append(
-                {
-                    "kind": SANITIZER, "schema": SAMPLE_SCHEMA, "key": key, "prompt_key": prompt,
-                    "kernel": original["kernel"], "gpu": device.name,
-                    "candidate": result.candidate.description, "status": report.status,
-                    # The tool whose finding rejected it: the failed check, as a verifier's check is named.
-                    "check": report.findings[0].tool if report.rejected and report.findings else None,
-                    "summary": report.summary(OF_THE_REWRITE), "reason": report.reason,
-                    "findings": [asdict(f) for f in report.findings],
-                    "runs": [asdict(r) for r in report.runs],
-                    "seconds": report.seconds, "toolchain": _toolchain(), "timestamp": now(),
-                }
-            )  # fmt: skip
+            log.append({
+                "kind": kind, "schema": SAMPLE_SCHEMA, "key": key, "prompt_key": prompt,
+                "kernel": original["kernel"], "gpu": device.name,
+                "candidate": result.candidate.description, **fields(),
+            })  # fmt: skip
         except Exception:
-            logger.exception("could not log compute-sanitizer's verdict on %s", result.candidate.description)
+            logger.exception("could not log the %s verdict on %s", kind, result.candidate.description)
 
     def trajectory(self, baseline: Baseline, session: LlmSession, device: DeviceInfo | None) -> None:
         """An LLM session's whole conversation, with the turn that proposed each of its candidates."""

@@ -461,6 +461,7 @@ class Engine:
             report = verified
             self.cache.set(key, report)
         if not report.passed:  # a screening's input sets passed, another did not: not a rewrite to show
+            self.recorder.verification(baseline, result, report, self.gpu)  # its sample is wrong: say so
             return replace(result, verification=report, comparison=None)
         return replace(result, verification=report)
 

@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.agent.candidate_log import CANDIDATE, SANITIZER, TORCH, TRAJECTORY, prompt_key
+from cuda_agent.agent.candidate_log import CANDIDATE, SANITIZER, TORCH, TRAJECTORY, VERIFICATION, prompt_key
 from cuda_agent.agent.feedback import REJECT_REASONS, FeedbackLog, FeedbackRecord, Original, is_suggestion
 
 FORMATS = ("preferences", "rewards", "verl", "trajectories")
@@ -125,6 +125,7 @@ def export(
         _load(connection, feedback.records(), summary)
         if not summary.records:
             raise ExportError("the feedback log holds no records")
+        _apply_verifications(connection)
         _apply_sanitizer(connection)
         _count(connection, summary)
         for name in FORMATS:
@@ -155,6 +156,7 @@ CREATE INDEX samples_by_prompt ON samples (prompt_key, seq);
 CREATE INDEX samples_by_completion ON samples (prompt_key, completion_hash);
 CREATE TABLE torch (prompt_key TEXT PRIMARY KEY, eager_ms REAL, compile_ms REAL);
 CREATE TABLE sanitizer (key TEXT PRIMARY KEY, status TEXT, rank INTEGER, failed_check TEXT, summary TEXT);
+CREATE TABLE verifications (key TEXT PRIMARY KEY, failed_check TEXT, reason TEXT);
 CREATE TABLE sessions (seq INTEGER PRIMARY KEY, session TEXT UNIQUE, prompt_key TEXT, record TEXT);
 CREATE TABLE proposals (key TEXT PRIMARY KEY, session TEXT, turn INTEGER);
 CREATE TABLE suggestions (seq INTEGER PRIMARY KEY, sid TEXT UNIQUE, prompt_key TEXT, completion_hash TEXT,
@@ -181,6 +183,7 @@ def _load(connection: sqlite3.Connection, records: Iterator[dict[str, Any]], sum
         TORCH: _load_torch,
         TRAJECTORY: _load_session,
         SANITIZER: _load_sanitizer,
+        VERIFICATION: _load_verification,
     }
     with connection:
         for number, data in enumerate(records, start=1):
@@ -283,6 +286,26 @@ def _apply_sanitizer(connection: sqlite3.Connection) -> None:
                 failed_check = (SELECT failed_check FROM sanitizer z WHERE z.key = samples.key),
                 reason = (SELECT summary FROM sanitizer z WHERE z.key = samples.key)
             WHERE sanitizer = 'rejected'"""
+        )
+
+
+def _load_verification(connection: sqlite3.Connection, data: dict[str, Any], summary: ExportSummary) -> None:
+    if data["status"] == "rejected":
+        connection.execute(
+            "INSERT OR IGNORE INTO verifications VALUES (?, ?, ?)",
+            (data["key"], data.get("check"), data.get("reason", "")),
+        )
+
+
+def _apply_verifications(connection: sqlite3.Connection) -> None:
+    """A candidate the search passed on a few input sets that failed the rest before it was shown: no
+    longer verified, failed by the check that caught it."""
+    with connection:
+        connection.execute(
+            """UPDATE samples SET verified = 0, faster = 0, status = 'rejected',
+                failed_check = (SELECT failed_check FROM verifications v WHERE v.key = samples.key),
+                reason = (SELECT reason FROM verifications v WHERE v.key = samples.key)
+            WHERE key IN (SELECT key FROM verifications)"""
         )
 
 

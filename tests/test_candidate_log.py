@@ -293,3 +293,34 @@ def test_of_two_verdicts_on_one_candidate_a_rejection_wins(
     export(log.path, tmp_path / "out", formats=("rewards",))
     (row,) = [r for r in rows_of(tmp_path / "out", "rewards") if r["sample_key"] == passed["key"]]
     assert (row["sanitizer"], row["reward"], row["failed_check"]) == ("rejected", -1, "racecheck")
+
+
+def test_a_candidate_failing_the_full_verification_is_incorrect_in_the_export(tmp_path: Path) -> None:
+    """The search passed block 256 on its screening's 2 input sets; on all 5, before it was shown, it
+    failed: its sample (logged as faster) is rejected in the export, never a preference pair's chosen side."""
+    from tests.test_confirmation import spied_verify
+
+    target = load_targets(ELEMENTWISE).find("saxpy")
+    assert target is not None
+    log = tmp_path / "feedback.jsonl"
+    with recorded_engine(RECORDING, recorder=CandidateLog(log)) as engine:
+        _, failed = spied_verify(engine, fail_full_once=True)
+        outcome = optimize(engine, target, ("launch-config",), budget_s=30)
+    assert failed == [256] and outcome.best is None
+    (verdict,) = [r for r in FeedbackLog(log).records() if r.get("kind") == "verification"]
+    (sample,) = [s for s in samples(log) if s["key"] == verdict["key"]]
+    assert sample["candidate"]["block"] == [256] and sample["status"] == "faster"  # as screened
+    assert (verdict["status"], verdict["check"], verdict["input_sets"]) == ("rejected", "mismatch", 5)
+
+    export(log, tmp_path / "out")
+    rows = {r["sample_key"]: r for r in rows_of(tmp_path / "out", "rewards")}
+    row = rows[verdict["key"]]
+    assert (row["reward"], row["verified"], row["status"], row["failed_check"]) == (
+        -1,
+        False,
+        "rejected",
+        "mismatch",
+    )
+    others = [r for key, r in rows.items() if key != verdict["key"]]
+    assert others and all(r["status"] != "rejected" or r["failed_check"] != "mismatch" for r in others)
+    assert not any(p["chosen"] == row["completion"] for p in rows_of(tmp_path / "out", "preferences"))
