@@ -198,6 +198,26 @@ def test_a_grid_stride_loop_over_the_outputs_gets_the_rewrites_of_a_thread_an_ou
     assert "r += blockDim.x * gridDim.x" in restricted.source
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        "    for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows;"
+        " r += blockDim.x * gridDim.x) {",
+        "    const int tid = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    for (int r = tid; r < rows; r += gridDim.x * blockDim.x) {",
+    ],
+)
+def test_the_loop_may_start_from_a_cast_or_a_local(head: str) -> None:
+    original = (
+        "    for (int r = threadIdx.x + blockIdx.x * blockDim.x; r < rows; r += blockDim.x * gridDim.x) {"
+    )
+    assert original in ROW_NORMS
+    (target,) = load_targets(Path("row_norms.cu"), ROW_NORMS.replace(original, head)).targets
+    stepped = grid_stride_form(target)
+    assert stepped is not None
+    assert "if (r < rows) {" in stepped.source and "gridDim" not in stepped.source.split("void row_norms(")[1]
+
+
 def test_the_grid_stride_may_be_a_local_of_its_own() -> None:
     """`int stride = blockDim.x * gridDim.x;` read only by the loop's step goes with the loop."""
     source = ROW_NORMS.replace(

@@ -22,6 +22,7 @@ candidates carry it (the same computation the compiler saw), with their own chan
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -127,7 +128,7 @@ def _one_a_thread(data: bytes, body: Node, loop: Node) -> tuple[list[Edit], Node
     assert init is not None and condition is not None and update is not None and inside is not None
     index = _declares(init)
     value = init.children_by_field_name("declarator")[0].child_by_field_name("value") if index else None
-    if index is None or value is None or _squeezed(text(value)) not in _GLOBAL_X:
+    if index is None or value is None or not _global_x(body, loop, value):
         return None
     if update.type != "assignment_expression" or _step_of(update) != (index, "+="):
         return None
@@ -177,7 +178,32 @@ def _step_of(update: Node) -> tuple[str, str] | None:
 
 
 def _squeezed(written: str) -> str:
-    return "".join(c for c in written if c not in " \t\n()")
+    """The expression without spaces, parentheses and integer casts: `(size_t)blockIdx.x * blockDim.x`
+    reads as `blockIdx.x*blockDim.x`."""
+    return "".join(c for c in _CAST.sub("", written) if c not in " \t\n()")
+
+
+_CAST = re.compile(
+    r"\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:size_t|ptrdiff_t|u?int(?:32|64)_t|long\s+long|long|int|unsigned)"
+    r"\s*\)|static_cast<[^<>]*>"
+)
+
+
+def _global_x(body: Node, loop: Node, value: Node) -> bool:
+    """Whether the loop's start is the global x index, written there or as a local declared before the
+    loop with that value and never changed (`int tid = blockIdx.x * blockDim.x + threadIdx.x;`)."""
+    if _squeezed(text(value)) in _GLOBAL_X:
+        return True
+    if value.type != "identifier":
+        return False
+    siblings = list(body.named_children)
+    declaration = next(
+        (n for n in reversed(siblings[: siblings.index(loop)]) if _declares(n) == text(value)), None
+    )
+    if declaration is None or _assigns(body, text(value)):
+        return False
+    start = declaration.children_by_field_name("declarator")[0].child_by_field_name("value")
+    return start is not None and _squeezed(text(start)) in _GLOBAL_X
 
 
 def _in_spec_terms(bound: Node, target: KernelTarget) -> str | None:
