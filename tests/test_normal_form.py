@@ -118,6 +118,34 @@ ROW_NORMS = """__global__ void row_norms(const float* x, float* norms, int rows,
 """
 
 
+# A transposition with grid-stride loops along both axes, launched on a fixed 32 x 32 grid of blocks.
+TRANSPOSE = """/* cuda-agent
+[sizes]
+rows = 4096
+cols = 2048
+[args]
+src = { role = "input", dtype = "float32", shape = ["rows", "cols"] }
+dst = { role = "output", dtype = "float32", shape = ["cols", "rows"] }
+rows = { role = "scalar", dtype = "int32", value = "rows" }
+cols = { role = "scalar", dtype = "int32", value = "cols" }
+[launch]
+block = [32, 8]
+grid = [32, 32]
+[verify]
+sizes = [{ rows = 37, cols = 101 }]
+oracle = { dst = "src.t()" }
+*/
+__global__ void flip(const float* src, float* dst, int rows, int cols)
+{
+    for (int y = blockIdx.y * blockDim.y + threadIdx.y; y < rows; y += blockDim.y * gridDim.y) {
+        for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < cols; x += blockDim.x * gridDim.x) {
+            dst[x * rows + y] = src[y * cols + x];
+        }
+    }
+}
+"""
+
+
 def _target(source: str) -> KernelTarget:
     (target,) = load_targets(Path("kernel.cu"), source).targets
     assert target.spec is not None, target.note
@@ -216,6 +244,32 @@ def test_the_loop_may_start_from_a_cast_or_a_local(head: str) -> None:
     stepped = grid_stride_form(target)
     assert stepped is not None
     assert "if (r < rows) {" in stepped.source and "gridDim" not in stepped.source.split("void row_norms(")[1]
+
+
+@needs_compiler
+def test_grid_stride_loops_along_y_and_x_read_as_a_2d_guard() -> None:
+    """The y loop holding the x loop alone: one check of both, the grid covering both extents (the
+    transposition idiom, which reads grid-stride loops itself, is offered once, on its own launch). With
+    work of its own in the y loop, the checks nest."""
+    target = _target(TRANSPOSE)
+    stepped = grid_stride_form(target)
+    assert stepped is not None and stepped.spec is not None
+    body = stepped.source.split("void flip(")[1]
+    assert (
+        "int y = blockIdx.y * blockDim.y + threadIdx.y;\n    int x = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        in body
+    )
+    assert "if (y < rows && x < cols) {" in body and "gridDim" not in body
+    assert stepped.spec.launch.grid == ("ceil_div(cols, block.x)", "ceil_div(rows, block.y)")
+    (tile,) = _propose("idiom:transpose", PROPOSERS["idiom:transpose"], target, [])
+    assert tile.launch is not None and "grid = [32, 32]" not in tile.source
+    _compiles(target, tile)
+    own_work = TRANSPOSE.replace(
+        "        for (int x", "        const int base = y * cols;\n        for (int x"
+    ).replace("src[y * cols + x]", "src[base + x]")
+    nested = grid_stride_form(_target(own_work))
+    assert nested is not None
+    assert "if (y < rows) {" in nested.source and "if (x < cols) {" in nested.source
 
 
 def test_the_grid_stride_may_be_a_local_of_its_own() -> None:

@@ -12,9 +12,10 @@ First drafts spell common shapes otherwise, and every rewrite would pass them by
 - for the analysis-driven rewrites only (`grid_stride_form`), a grid-stride loop over x as the kernel's
   outer loop (`for (int i = gid; i < n; i += blockDim.x * gridDim.x) { ... }`, the style of NVIDIA's
   samples and of most modern code) read as one iteration a thread (`int i = gid; if (i < n) { ... }`),
-  launched over a grid that covers n. The two compute the same under that launch, and every rewrite
-  made on it carries its launch into the file (a candidate that would not is dropped): on the LS-CAT
-  sample a row sum written so was offered no rewrite at all, its guarded twin a dozen.
+  launched over a grid that covers n, for a rewrite that reads nothing in the loop as written. The two
+  compute the same under that launch, and every rewrite made on it carries its launch into the file (a
+  candidate that would not is dropped): a row sum written so was offered no rewrite at all, its guarded
+  twin a dozen.
 
 The spec was inferred from the text as written; the proposers run on the normal form, and their
 candidates carry it (the same computation the compiler saw), with their own change.
@@ -50,33 +51,38 @@ def through_normal_form(
     proposer: Callable[[KernelTarget], list[Candidate]], target: KernelTarget, grid_stride: bool = False
 ) -> list[Candidate]:
     """The proposer's candidates for the kernel, made on its normal form where it has one; with
-    `grid_stride` (the analysis-driven rewrites), also those made on its grid-stride loop read as a
-    thread an element, where it has one, that bring their own launch (or run on a covering grid)."""
+    `grid_stride` (the analysis-driven rewrites), where that gives none, those made on its grid-stride
+    loop read as a thread an element that bring their own launch (or run on a covering grid)."""
     normal = normal_form(target)
     found = proposer(normal if normal is not None else target)
-    stepped = grid_stride_form(target) if grid_stride else None
-    if stepped is not None:
-        assert stepped.spec is not None and target.spec is not None
-        covering = stepped.spec.launch == target.spec.launch
-        made = {c.source for c in found}
-        found += [c for c in proposer(stepped) if (c.launch is not None or covering) and c.source not in made]
-    return found
+    stepped = grid_stride_form(target) if grid_stride and not found else None
+    if stepped is None:
+        return found
+    assert stepped.spec is not None and target.spec is not None
+    covering = stepped.spec.launch == target.spec.launch
+    return [c for c in proposer(stepped) if c.launch is not None or covering]
 
 
 _STEPPED: BoundedMemo[tuple[str, str, int], tuple[KernelTarget | None]] = BoundedMemo(64)
-# The global x index, as first drafts spell it (spaces and parentheses taken out).
-_GLOBAL_X = frozenset(
-    f"{a}+{b}"
-    for product in ("blockIdx.x*blockDim.x", "blockDim.x*blockIdx.x")
-    for a, b in ((product, "threadIdx.x"), ("threadIdx.x", product))
-)
-_GRID_X = frozenset({"blockDim.x*gridDim.x", "gridDim.x*blockDim.x"})
+# The global index along each axis, as first drafts spell it (spaces and parentheses taken out), and the
+# grid's width along it: a grid-stride loop's start and step.
+_GLOBAL = {
+    axis: frozenset(
+        f"{a}+{b}"
+        for product in (f"blockIdx.{axis}*blockDim.{axis}", f"blockDim.{axis}*blockIdx.{axis}")
+        for a, b in ((product, f"threadIdx.{axis}"), (f"threadIdx.{axis}", product))
+    )
+    for axis in "xy"
+}
+_GRID = {
+    axis: frozenset({f"blockDim.{axis}*gridDim.{axis}", f"gridDim.{axis}*blockDim.{axis}"}) for axis in "xy"
+}
 
 
 def grid_stride_form(target: KernelTarget) -> KernelTarget | None:
-    """The kernel's normal form with its outer grid-stride loop over x as one iteration a thread, its
-    spec's grid along x covering the loop's bound; None where it has no such loop (or the bound is not
-    made of the spec's sizes)."""
+    """The kernel's normal form with its outer grid-stride loop over x (or over y holding one over x) as
+    one iteration a thread, its spec's grid along each covering the loop's bound; None where it has no
+    such loop (or a bound is not made of the spec's sizes)."""
     key = (str(target.path), target.source, target.kernel.start_byte)
     return _STEPPED.get_or_make(key, lambda: (_stepped(target),))[0]
 
@@ -90,22 +96,66 @@ def _stepped(target: KernelTarget) -> KernelTarget | None:
     if body is None or len(loops) != 1:
         return None
     data = base.source.encode("utf-8")
-    found = _one_a_thread(data, body, loops[0])
-    if found is None:
+    steps = _grid_strides(data, body, loops[0])
+    if steps is None:
         return None
-    edits, bound = found
-    spec_bound = _in_spec_terms(bound, base)
-    if spec_bound is None:
-        return None
+    edits: list[Edit] = []
+    grid = list(base.spec.launch.grid)
+    for axis, (made, bound) in steps.items():
+        spec_bound = _in_spec_terms(bound, base)
+        if spec_bound is None:
+            return None
+        edits += made
+        at = "xy".index(axis)
+        grid += ["1"] * (at + 1 - len(grid))
+        grid[at] = f"ceil_div({spec_bound}, block.{axis})"
     for begin, end, written in sorted(edits, reverse=True):
         data = data[:begin] + written.encode("utf-8") + data[end:]
-    source = data.decode("utf-8")
-    stepped = reloaded_target(base, source)
+    stepped = reloaded_target(base, data.decode("utf-8"))
     if stepped is None or stepped.spec is None:
         return None
-    launch = stepped.spec.launch
-    grid = (f"ceil_div({spec_bound}, block.x)", *launch.grid[1:])
-    return replace(stepped, spec=replace(stepped.spec, launch=replace(launch, grid=grid)))
+    launch = replace(stepped.spec.launch, grid=tuple(grid))
+    return replace(stepped, spec=replace(stepped.spec, launch=launch))
+
+
+def _grid_strides(data: bytes, body: Node, loop: Node) -> dict[str, tuple[list[Edit], Node]] | None:
+    """The edits and bound of each axis's grid-stride loop read as a thread an element: the loop over x,
+    or the loop over y whose body holds the loop over x as its one loop."""
+    along_x = _one_a_thread(data, body, loop, "x")
+    if along_x is not None:
+        return {"x": along_x}
+    along_y = _one_a_thread(data, body, loop, "y")
+    rows = loop.child_by_field_name("body")
+    if along_y is None or rows is None or rows.type != "compound_statement":
+        return None
+    inner = _top_level(rows, "for_statement")
+    along_x = _one_a_thread(data, rows, inner[0], "x") if len(inner) == 1 else None
+    if along_x is None:
+        return None
+    if [n for n in rows.named_children if n.type != "comment"] == inner:
+        # the y loop holds the x loop alone: one check of both, as a 2-D kernel's guard is written (the
+        # idioms read that spelling)
+        (_, *y_rest), (_, *x_rest) = along_y[0], along_x[0]
+        combined = _both_checked(data, loop, inner[0])
+        return {"x": ([combined, *x_rest], along_x[1]), "y": (y_rest, along_y[1])}
+    return {"x": along_x, "y": along_y}
+
+
+def _both_checked(data: bytes, rows: Node, cols: Node) -> Edit:
+    """`for (T r = gy; r < R; ...) { for (T c = gx; c < C; ...) BODY }` as `T r = gy; T c = gx; if (r < R &&
+    c < C) BODY`."""
+    heads, checks = [], []
+    for loop in (rows, cols):
+        init, condition = loop.child_by_field_name("initializer"), loop.child_by_field_name("condition")
+        assert init is not None and condition is not None  # as _one_a_thread found them
+        heads.append(text(init).rstrip().rstrip(";").strip())
+        checks.append(text(condition))
+    inside = cols.child_by_field_name("body")
+    assert inside is not None
+    line_start = data.rfind(b"\n", 0, rows.start_byte) + 1
+    indent = data[line_start : rows.start_byte].decode("utf-8")
+    written = f"{heads[0]};\n{indent}{heads[1]};\n{indent}if ({checks[0]} && {checks[1]}) {text(inside)}"
+    return (rows.start_byte, rows.end_byte, written)
 
 
 def _body(target: KernelTarget, source: str) -> Node | None:
@@ -117,7 +167,7 @@ def _body(target: KernelTarget, source: str) -> Node | None:
     return node
 
 
-def _one_a_thread(data: bytes, body: Node, loop: Node) -> tuple[list[Edit], Node] | None:
+def _one_a_thread(data: bytes, body: Node, loop: Node, axis: str) -> tuple[list[Edit], Node] | None:
     """The edits making `for (T i = gid; i < bound; i += blockDim.x * gridDim.x) BODY` into `T i = gid;
     if (i < bound) BODY` (a `stride` local the step alone read taken out too), and the bound; None where
     the loop is not such a loop, or where the index is not the loop's alone or BODY leaves or steps it."""
@@ -128,13 +178,13 @@ def _one_a_thread(data: bytes, body: Node, loop: Node) -> tuple[list[Edit], Node
     assert init is not None and condition is not None and update is not None and inside is not None
     index = _declares(init)
     value = init.children_by_field_name("declarator")[0].child_by_field_name("value") if index else None
-    if index is None or value is None or not _global_x(body, loop, value):
+    if index is None or value is None or not _global_index(body, loop, value, axis):
         return None
     if update.type != "assignment_expression" or _step_of(update) != (index, "+="):
         return None
     step = update.child_by_field_name("right")
-    local = _grid_stride_local(body, loop, step) if step is not None else None
-    if step is None or not (_squeezed(text(step)) in _GRID_X or local is not None):
+    local = _grid_stride_local(body, loop, step, axis) if step is not None else None
+    if step is None or not (_squeezed(text(step)) in _GRID[axis] or local is not None):
         return None
     left, bound = condition.child_by_field_name("left"), condition.child_by_field_name("right")
     relation = condition.child_by_field_name("operator")
@@ -158,7 +208,7 @@ def _one_a_thread(data: bytes, body: Node, loop: Node) -> tuple[list[Edit], Node
     return edits, bound
 
 
-def _grid_stride_local(body: Node, loop: Node, step: Node) -> Node | None:
+def _grid_stride_local(body: Node, loop: Node, step: Node, axis: str) -> Node | None:
     """The declaration of the step where it is a local the body declares before the loop as the grid's
     width (`int stride = blockDim.x * gridDim.x;`) and nothing changes; None otherwise."""
     if step.type != "identifier":
@@ -167,7 +217,7 @@ def _grid_stride_local(body: Node, loop: Node, step: Node) -> Node | None:
     for node in reversed(siblings[: siblings.index(loop)]):
         if _declares(node) == name:
             value = node.children_by_field_name("declarator")[0].child_by_field_name("value")
-            grid = value is not None and _squeezed(text(value)) in _GRID_X
+            grid = value is not None and _squeezed(text(value)) in _GRID[axis]
             return node if grid and not _assigns(body, name) else None
     return None
 
@@ -189,10 +239,10 @@ _CAST = re.compile(
 )
 
 
-def _global_x(body: Node, loop: Node, value: Node) -> bool:
-    """Whether the loop's start is the global x index, written there or as a local declared before the
-    loop with that value and never changed (`int tid = blockIdx.x * blockDim.x + threadIdx.x;`)."""
-    if _squeezed(text(value)) in _GLOBAL_X:
+def _global_index(body: Node, loop: Node, value: Node, axis: str) -> bool:
+    """Whether the loop's start is the global index along the axis, written there or as a local declared
+    before the loop with that value and never changed (`int tid = blockIdx.x * blockDim.x + threadIdx.x;`)."""
+    if _squeezed(text(value)) in _GLOBAL[axis]:
         return True
     if value.type != "identifier":
         return False
@@ -203,7 +253,7 @@ def _global_x(body: Node, loop: Node, value: Node) -> bool:
     if declaration is None or _assigns(body, text(value)):
         return False
     start = declaration.children_by_field_name("declarator")[0].child_by_field_name("value")
-    return start is not None and _squeezed(text(start)) in _GLOBAL_X
+    return start is not None and _squeezed(text(start)) in _GLOBAL[axis]
 
 
 def _in_spec_terms(bound: Node, target: KernelTarget) -> str | None:
