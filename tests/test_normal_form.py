@@ -267,9 +267,13 @@ def test_grid_stride_loops_along_y_and_x_read_as_a_2d_guard() -> None:
     own_work = TRANSPOSE.replace(
         "        for (int x", "        const int base = y * cols;\n        for (int x"
     ).replace("src[y * cols + x]", "src[base + x]")
-    nested = grid_stride_form(_target(own_work))
-    assert nested is not None
-    assert "if (y < rows) {" in nested.source and "if (x < cols) {" in nested.source
+    # the x index's name declared again at the top level: the checks nest, each name in its own scope
+    taken = TRANSPOSE.replace("    }\n}\n", "    }\n    const int x = 0;\n    dst[x] = dst[x];\n}\n")
+    for source in (own_work, taken):
+        assert source != TRANSPOSE
+        nested = grid_stride_form(_target(source))
+        assert nested is not None
+        assert "if (y < rows) {" in nested.source and "if (x < cols) {" in nested.source
 
 
 def test_the_grid_stride_may_be_a_local_of_its_own() -> None:

@@ -132,9 +132,11 @@ def _grid_strides(data: bytes, body: Node, loop: Node) -> dict[str, tuple[list[E
     along_x = _one_a_thread(data, rows, inner[0], "x") if len(inner) == 1 else None
     if along_x is None:
         return None
-    if [n for n in rows.named_children if n.type != "comment"] == inner:
+    cols_index = _declares(inner[0].child_by_field_name("initializer") or inner[0])
+    alone = [n for n in rows.named_children if n.type != "comment"] == inner
+    if alone and not any(cols_index in identifiers(n) for n in body.named_children if n != loop):
         # the y loop holds the x loop alone: one check of both, as a 2-D kernel's guard is written (the
-        # idioms read that spelling)
+        # idioms read that spelling), where the x index's name is free at the kernel's top level
         (_, *y_rest), (_, *x_rest) = along_y[0], along_x[0]
         combined = _both_checked(data, loop, inner[0])
         return {"x": ([combined, *x_rest], along_x[1]), "y": (y_rest, along_y[1])}
