@@ -276,6 +276,50 @@ def test_grid_stride_loops_along_y_and_x_read_as_a_2d_guard() -> None:
         assert "if (y < rows) {" in nested.source and "if (x < cols) {" in nested.source
 
 
+def test_a_bound_held_in_a_local_is_written_in_the_spec_sizes() -> None:
+    """`const int total = batch * heads;` bounding the loop: the grid is written from the sizes it is made
+    of; a bound with a division (C's integer one) is not."""
+    kernel = """__global__ void head_sums(const float* x, float* out, int batch, int heads, int dim)
+{
+    const int total = batch * heads;
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < total; r += blockDim.x * gridDim.x) {
+        float acc = 0.0f;
+        for (int d = 0; d < dim; ++d) acc += x[r * dim + d];
+        out[r] = acc;
+    }
+}
+"""
+    spec = """/* cuda-agent
+[sizes]
+batch = 64
+heads = 16
+dim = 1024
+[args]
+x = { role = "input", dtype = "float32", shape = ["batch", "heads", "dim"] }
+out = { role = "output", dtype = "float32", shape = ["batch", "heads"] }
+batch = { role = "scalar", dtype = "int32", value = "batch" }
+heads = { role = "scalar", dtype = "int32", value = "heads" }
+dim = { role = "scalar", dtype = "int32", value = "dim" }
+[launch]
+block = [256]
+grid = [8]
+[verify]
+oracle = { out = "x.sum(-1)" }
+reduction = "dim"
+*/
+"""
+    target = _target(spec + kernel)
+    stepped = grid_stride_form(target)
+    assert stepped is not None and stepped.spec is not None
+    assert stepped.spec.launch.grid == ("ceil_div((batch * heads), block.x)",)
+    assert any(
+        c.description.startswith("one warp per r")
+        for c in _propose(warp_per_output.PROPOSER, PROPOSERS[warp_per_output.PROPOSER], target, [])
+    )
+    halved = spec + kernel.replace("batch * heads;", "batch * heads / 2;")
+    assert grid_stride_form(_target(halved)) is None
+
+
 def test_the_grid_stride_may_be_a_local_of_its_own() -> None:
     """`int stride = blockDim.x * gridDim.x;` read only by the loop's step goes with the loop."""
     source = ROW_NORMS.replace(

@@ -102,7 +102,7 @@ def _stepped(target: KernelTarget) -> KernelTarget | None:
     edits: list[Edit] = []
     grid = list(base.spec.launch.grid)
     for axis, (made, bound) in steps.items():
-        spec_bound = _in_spec_terms(bound, base)
+        spec_bound = _in_spec_terms(bound, base, _constant_locals(body, loops[0]))
         if spec_bound is None:
             return None
         edits += made
@@ -258,23 +258,51 @@ def _global_index(body: Node, loop: Node, value: Node, axis: str) -> bool:
     return start is not None and _squeezed(text(start)) in _GLOBAL[axis]
 
 
-def _in_spec_terms(bound: Node, target: KernelTarget) -> str | None:
+# What a bound may be made of to be written in the spec's sizes: names, numbers, +, - and * (C's integer
+# division and remainder would not read the same there).
+_BOUND_NODES = frozenset({"identifier", "number_literal", "binary_expression", "parenthesized_expression"})
+
+
+def _in_spec_terms(bound: Node, target: KernelTarget, locals_: dict[str, Node]) -> str | None:
     """The bound with each parameter it names replaced by that scalar's value in the spec (`rows` ->
-    `rows`, `n` -> `(n_rows * n_cols)`); None where a name is no scalar with a value there."""
+    `rows`, `n` -> `(n_rows * n_cols)`), and each local it names (`const int total = n * c;`, in
+    `locals_`) by its value so written; None where a name is neither, or the bound is not a sum or a
+    product of them and numbers."""
     assert target.spec is not None
     values = {a.name: a.value for a in target.spec.arguments if a.role == "scalar" and a.value is not None}
-    names = [n for n in walk(bound) if n.type == "identifier"]
-    if any(text(n) not in values for n in names):
+    nodes = list(walk(bound))
+    if any(n.type not in _BOUND_NODES and n.is_named for n in nodes):
         return None
-    written, at = "", bound.start_byte
-    source = bound.text or b""
-    for name in names:
+    if any(n.type in ("/", "%", "<<", ">>", "&", "|", "^") for n in nodes):
+        return None
+    written, at, source = "", bound.start_byte, bound.text or b""
+    for name in (n for n in nodes if n.type == "identifier"):
+        if text(name) in values:
+            value: str | None = str(values[text(name)])
+        elif text(name) in locals_:
+            rest = {k: v for k, v in locals_.items() if k != text(name)}
+            value = _in_spec_terms(locals_[text(name)], target, rest)
+        else:
+            value = None
+        if value is None:
+            return None
         written += source[at - bound.start_byte : name.start_byte - bound.start_byte].decode("utf-8")
-        value = str(values[text(name)])
         written += value if value.replace("_", "").isalnum() else f"({value})"
         at = name.end_byte
-    written += source[at - bound.start_byte :].decode("utf-8")
-    return written
+    return written + source[at - bound.start_byte :].decode("utf-8")
+
+
+def _constant_locals(body: Node, loop: Node) -> dict[str, Node]:
+    """The locals the body declares before the loop with a value and never changes, by name: their
+    values."""
+    found: dict[str, Node] = {}
+    siblings = list(body.named_children)
+    for node in siblings[: siblings.index(loop)]:
+        name = _declares(node)
+        value = node.children_by_field_name("declarator")[0].child_by_field_name("value") if name else None
+        if name is not None and value is not None and not _assigns(body, name):
+            found[name] = value
+    return found
 
 
 def _normalised(target: KernelTarget) -> KernelTarget | None:
