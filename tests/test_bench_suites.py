@@ -38,6 +38,7 @@ KINDS = {  # the kinds the outside suite was written to cover: each at least onc
     "half-precision contraction": {"linear_forward_fp16"},
     "convolution": {"conv2d_naive"},
     "scan": {"scan_blocks"},
+    "grid-stride loops": {"row_l2norm", "column_max"},
 }
 
 
