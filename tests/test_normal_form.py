@@ -361,11 +361,6 @@ def test_a_fixed_grid_is_replaced_by_one_covering_the_outputs() -> None:
 @pytest.mark.parametrize(
     ("old", "new", "why"),
     [
-        (
-            "means[col] = total / rows;",
-            "means[col] = total / rows;\n        if (total < 0) break;",
-            "a break",
-        ),
         ("means[col] = total / rows;", "means[col] = total / rows;\n        col += 1;", "the index moved"),
         ("col += gridDim.x * blockDim.x", "col += 2 * gridDim.x * blockDim.x", "a step of two grids"),
         ("col < cols;", "col < cols + rows * 0 + m[0];", "a bound read from memory"),
@@ -381,6 +376,28 @@ def test_a_grid_stride_loop_is_left_as_written_where_one_step_would_differ(
 ) -> None:
     assert old in COLUMN_MEANS, why
     assert grid_stride_form(_target(COLUMN_MEANS.replace(old, new))) is None, why
+
+
+def test_the_loops_own_continue_or_break_returns_where_the_loop_ends_the_kernel() -> None:
+    """One iteration a thread: leaving it early is leaving the kernel, when nothing follows the loop; a
+    switch's `break` is not the loop's own."""
+    early = COLUMN_MEANS.replace(
+        "        float total = 0.0f;\n", "        if (col % 7 == 3) continue;\n        float total = 0.0f;\n"
+    ).replace("means[col] = total / rows;", "means[col] = total / rows;\n        if (total < 0) break;")
+    stepped = grid_stride_form(_target(early))
+    assert stepped is not None
+    body = stepped.source.split("void column_means(")[1]
+    assert "if (col % 7 == 3) return;" in body and "if (total < 0) return;" in body
+    assert "continue" not in body and "break" not in body
+    switched = COLUMN_MEANS.replace(
+        "means[col] = total / rows;",
+        "switch (rows) { case 0: break; default: means[col] = total / rows; }",
+    )
+    stepped = grid_stride_form(_target(switched))
+    assert stepped is not None and "case 0: break;" in stepped.source  # the switch's own
+    # work after the loop: a return would skip it, so the loop stays as written
+    after = early.replace("    }\n}\n", "    }\n    if (threadIdx.x == 0) means[0] = means[0];\n}\n")
+    assert after != early and grid_stride_form(_target(after)) is None
 
 
 def test_a_barrier_with_work_after_it_stays() -> None:

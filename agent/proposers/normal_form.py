@@ -12,7 +12,8 @@ First drafts spell common shapes otherwise, and every rewrite would pass them by
 - for the analysis-driven rewrites only (`grid_stride_form`), a grid-stride loop over x as the kernel's
   outer loop (`for (int i = gid; i < n; i += blockDim.x * gridDim.x) { ... }`, the style of NVIDIA's
   samples and of most modern code) read as one iteration a thread (`int i = gid; if (i < n) { ... }`),
-  launched over a grid that covers n, for a rewrite that reads nothing in the loop as written. The two
+  launched over a grid that covers n, for a rewrite that reads nothing in the loop as written (the loop's
+  own `continue` or `break` a `return` where the loop ends the kernel). The two
   compute the same under that launch, and every rewrite made on it carries its launch into the file (a
   candidate that would not is dropped): a row sum written so was offered no rewrite at all, its guarded
   twin a dozen.
@@ -121,7 +122,9 @@ def _stepped(target: KernelTarget) -> KernelTarget | None:
 def _grid_strides(data: bytes, body: Node, loop: Node) -> dict[str, tuple[list[Edit], Node]] | None:
     """The edits and bound of each axis's grid-stride loop read as a thread an element: the loop over x,
     or the loop over y whose body holds the loop over x as its one loop."""
-    along_x = _one_a_thread(data, body, loop, "x")
+    # the kernel's last statement: its one iteration a thread may leave early by returning
+    last = [n for n in body.named_children if n.type != "comment"][-1] == loop
+    along_x = _one_a_thread(data, body, loop, "x", exits_return=last)
     if along_x is not None:
         return {"x": along_x}
     along_y = _one_a_thread(data, body, loop, "y")
@@ -169,7 +172,9 @@ def _body(target: KernelTarget, source: str) -> Node | None:
     return node
 
 
-def _one_a_thread(data: bytes, body: Node, loop: Node, axis: str) -> tuple[list[Edit], Node] | None:
+def _one_a_thread(
+    data: bytes, body: Node, loop: Node, axis: str, exits_return: bool = False
+) -> tuple[list[Edit], Node] | None:
     """The edits making `for (T i = gid; i < bound; i += blockDim.x * gridDim.x) BODY` into `T i = gid;
     if (i < bound) BODY` (a `stride` local the step alone read taken out too), and the bound; None where
     the loop is not such a loop, or where the index is not the loop's alone or BODY leaves or steps it."""
@@ -194,8 +199,8 @@ def _one_a_thread(data: bytes, body: Node, loop: Node, axis: str) -> tuple[list[
         return None
     if text(left) != index or relation.type != "<":
         return None
-    leaves = ("continue_statement", "break_statement")
-    if any(n.type in leaves and _in_this_loop(n, loop) for n in walk(inside)) or _assigns(inside, index):
+    exits = [n for n in walk(inside) if _leaves_loop(n, loop)]
+    if (exits and not exits_return) or _assigns(inside, index):
         return None  # no `if` spells the loop's own continue or break; a changed index steps otherwise
     if any(index in identifiers(n) for n in body.named_children if n != loop):
         return None  # the name declared again elsewhere: the loop's own cannot move out of the loop
@@ -203,11 +208,28 @@ def _one_a_thread(data: bytes, body: Node, loop: Node, axis: str) -> tuple[list[
     indent = data[line_start : loop.start_byte].decode("utf-8")
     head = text(init).rstrip().rstrip(";").strip()
     edits = [(loop.start_byte, inside.start_byte, f"{head};\n{indent}if ({text(condition)}) ")]
+    # one iteration a thread, the kernel's last statement: leaving the iteration is leaving the kernel
+    edits += [(n.start_byte, n.end_byte, "return;") for n in exits]
     # a stride local read nowhere else (its declaration and the loop name it) goes with the loop's step
     readers = sum(text(step) in identifiers(n) for n in body.named_children)
     if local is not None and readers == 2 and text(step) not in identifiers(inside):
         edits.append(_line_removed(data, local))
     return edits, bound
+
+
+def _leaves_loop(node: Node, loop: Node) -> bool:
+    """Whether the node is a `continue` or `break` of this loop (not of a loop inside it, nor a switch's
+    `break`)."""
+    if node.type not in ("continue_statement", "break_statement"):
+        return False
+    parent = node.parent
+    while parent is not None and parent != loop:
+        if parent.type in ("for_statement", "while_statement", "do_statement", "for_range_loop"):
+            return False
+        if parent.type == "switch_statement" and node.type == "break_statement":
+            return False
+        parent = parent.parent
+    return parent == loop
 
 
 def _grid_stride_local(body: Node, loop: Node, step: Node, axis: str) -> Node | None:
