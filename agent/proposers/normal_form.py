@@ -97,13 +97,14 @@ def _stepped(target: KernelTarget) -> KernelTarget | None:
     if body is None or len(loops) != 1:
         return None
     data = base.source.encode("utf-8")
-    steps = _grid_strides(data, body, loops[0])
+    constants = _constant_locals(body, loops[0])
+    steps = _grid_strides(data, body, loops[0], constants)
     if steps is None:
         return None
     edits: list[Edit] = []
     grid = list(base.spec.launch.grid)
     for axis, (made, bound) in steps.items():
-        spec_bound = _in_spec_terms(bound, base, _constant_locals(body, loops[0]))
+        spec_bound = _in_spec_terms(bound, base, constants)
         if spec_bound is None:
             return None
         edits += made
@@ -119,20 +120,27 @@ def _stepped(target: KernelTarget) -> KernelTarget | None:
     return replace(stepped, spec=replace(stepped.spec, launch=launch))
 
 
-def _grid_strides(data: bytes, body: Node, loop: Node) -> dict[str, tuple[list[Edit], Node]] | None:
+def _grid_strides(
+    data: bytes, body: Node, loop: Node, constants: dict[str, Node]
+) -> dict[str, tuple[list[Edit], Node]] | None:
     """The edits and bound of each axis's grid-stride loop read as a thread an element: the loop over x,
-    or the loop over y whose body holds the loop over x as its one loop."""
+    or the loop over y whose body holds the loop over x as its one loop. `constants`: the body's
+    unchanged locals before the loop (`_constant_locals`)."""
     # the kernel's last statement: its one iteration a thread may leave early by returning
     last = [n for n in body.named_children if n.type != "comment"][-1] == loop
-    along_x = _one_a_thread(data, body, loop, "x", exits_return=last)
+    along_x = _one_a_thread(data, body, loop, "x", constants, exits_return=last)
     if along_x is not None:
         return {"x": along_x}
-    along_y = _one_a_thread(data, body, loop, "y")
+    along_y = _one_a_thread(data, body, loop, "y", constants)
     rows = loop.child_by_field_name("body")
     if along_y is None or rows is None or rows.type != "compound_statement":
         return None
     inner = _top_level(rows, "for_statement")
-    along_x = _one_a_thread(data, rows, inner[0], "x") if len(inner) == 1 else None
+    along_x = (
+        _one_a_thread(data, rows, inner[0], "x", _constant_locals(rows, inner[0]))
+        if len(inner) == 1
+        else None
+    )
     if along_x is None:
         return None
     cols_index = _declares(inner[0].child_by_field_name("initializer") or inner[0])
@@ -153,12 +161,11 @@ def _both_checked(data: bytes, rows: Node, cols: Node) -> Edit:
     for loop in (rows, cols):
         init, condition = loop.child_by_field_name("initializer"), loop.child_by_field_name("condition")
         assert init is not None and condition is not None  # as _one_a_thread found them
-        heads.append(text(init).rstrip().rstrip(";").strip())
+        heads.append(_statement_text(init))
         checks.append(text(condition))
     inside = cols.child_by_field_name("body")
     assert inside is not None
-    line_start = data.rfind(b"\n", 0, rows.start_byte) + 1
-    indent = data[line_start : rows.start_byte].decode("utf-8")
+    indent = _indent(data, rows)
     written = f"{heads[0]};\n{indent}{heads[1]};\n{indent}if ({checks[0]} && {checks[1]}) {text(inside)}"
     return (rows.start_byte, rows.end_byte, written)
 
@@ -173,7 +180,7 @@ def _body(target: KernelTarget, source: str) -> Node | None:
 
 
 def _one_a_thread(
-    data: bytes, body: Node, loop: Node, axis: str, exits_return: bool = False
+    data: bytes, body: Node, loop: Node, axis: str, constants: dict[str, Node], exits_return: bool = False
 ) -> tuple[list[Edit], Node] | None:
     """The edits making `for (T i = gid; i < bound; i += blockDim.x * gridDim.x) BODY` into `T i = gid;
     if (i < bound) BODY` (a `stride` local the step alone read taken out too), and the bound; None where
@@ -183,16 +190,15 @@ def _one_a_thread(
         return None
     init, condition, update, inside = parts
     assert init is not None and condition is not None and update is not None and inside is not None
-    index = _declares(init)
-    value = init.children_by_field_name("declarator")[0].child_by_field_name("value") if index else None
-    if index is None or value is None or not _global_index(body, loop, value, axis):
+    declared = _declared(init)
+    if declared is None or not _held(declared[1], constants, _GLOBAL[axis]):
         return None
-    if update.type != "assignment_expression" or _step_of(update) != (index, "+="):
+    index = declared[0]
+    incremented = _increment(update)
+    if incremented is None or incremented[0] != index or not _held(incremented[1], constants, _GRID[axis]):
         return None
-    step = update.child_by_field_name("right")
-    local = _grid_stride_local(body, loop, step, axis) if step is not None else None
-    if step is None or not (_squeezed(text(step)) in _GRID[axis] or local is not None):
-        return None
+    step = incremented[1]
+    local = constants.get(text(step))  # `int stride = blockDim.x * gridDim.x;`
     left, bound = condition.child_by_field_name("left"), condition.child_by_field_name("right")
     relation = condition.child_by_field_name("operator")
     if condition.type != "binary_expression" or left is None or bound is None or relation is None:
@@ -204,9 +210,7 @@ def _one_a_thread(
         return None  # no `if` spells the loop's own continue or break; a changed index steps otherwise
     if any(index in identifiers(n) for n in body.named_children if n != loop):
         return None  # the name declared again elsewhere: the loop's own cannot move out of the loop
-    line_start = data.rfind(b"\n", 0, loop.start_byte) + 1
-    indent = data[line_start : loop.start_byte].decode("utf-8")
-    head = text(init).rstrip().rstrip(";").strip()
+    head, indent = _statement_text(init), _indent(data, loop)
     edits = [(loop.start_byte, inside.start_byte, f"{head};\n{indent}if ({text(condition)}) ")]
     # one iteration a thread, the kernel's last statement: leaving the iteration is leaving the kernel
     edits += [(n.start_byte, n.end_byte, "return;") for n in exits]
@@ -232,25 +236,6 @@ def _leaves_loop(node: Node, loop: Node) -> bool:
     return parent == loop
 
 
-def _grid_stride_local(body: Node, loop: Node, step: Node, axis: str) -> Node | None:
-    """The declaration of the step where it is a local the body declares before the loop as the grid's
-    width (`int stride = blockDim.x * gridDim.x;`) and nothing changes; None otherwise."""
-    if step.type != "identifier":
-        return None
-    name, siblings = text(step), list(body.named_children)
-    for node in reversed(siblings[: siblings.index(loop)]):
-        if _declares(node) == name:
-            value = node.children_by_field_name("declarator")[0].child_by_field_name("value")
-            grid = value is not None and _squeezed(text(value)) in _GRID[axis]
-            return node if grid and not _assigns(body, name) else None
-    return None
-
-
-def _step_of(update: Node) -> tuple[str, str] | None:
-    left, operator = update.child_by_field_name("left"), update.child_by_field_name("operator")
-    return (text(left), operator.type) if left is not None and operator is not None else None
-
-
 def _squeezed(written: str) -> str:
     """The expression without spaces, parentheses and integer casts: `(size_t)blockIdx.x * blockDim.x`
     reads as `blockIdx.x*blockDim.x`."""
@@ -263,21 +248,12 @@ _CAST = re.compile(
 )
 
 
-def _global_index(body: Node, loop: Node, value: Node, axis: str) -> bool:
-    """Whether the loop's start is the global index along the axis, written there or as a local declared
-    before the loop with that value and never changed (`int tid = blockIdx.x * blockDim.x + threadIdx.x;`)."""
-    if _squeezed(text(value)) in _GLOBAL[axis]:
-        return True
-    if value.type != "identifier":
-        return False
-    siblings = list(body.named_children)
-    declaration = next(
-        (n for n in reversed(siblings[: siblings.index(loop)]) if _declares(n) == text(value)), None
-    )
-    if declaration is None or _assigns(body, text(value)):
-        return False
-    start = declaration.children_by_field_name("declarator")[0].child_by_field_name("value")
-    return start is not None and _squeezed(text(start)) in _GLOBAL[axis]
+def _held(node: Node, constants: dict[str, Node], spellings: frozenset[str]) -> bool:
+    """Whether the expression is one of the spellings, written there or as an unchanged local holding it
+    (`int tid = blockIdx.x * blockDim.x + threadIdx.x;`, `int stride = blockDim.x * gridDim.x;`)."""
+    if node.type == "identifier" and text(node) in constants:
+        node = _value_of(constants[text(node)])
+    return _squeezed(text(node)) in spellings
 
 
 # What a bound may be made of to be written in the spec's sizes: names, numbers, +, - and * (C's integer
@@ -287,9 +263,9 @@ _BOUND_NODES = frozenset({"identifier", "number_literal", "binary_expression", "
 
 def _in_spec_terms(bound: Node, target: KernelTarget, locals_: dict[str, Node]) -> str | None:
     """The bound with each parameter it names replaced by that scalar's value in the spec (`rows` ->
-    `rows`, `n` -> `(n_rows * n_cols)`), and each local it names (`const int total = n * c;`, in
-    `locals_`) by its value so written; None where a name is neither, or the bound is not a sum or a
-    product of them and numbers."""
+    `rows`, `n` -> `(n_rows * n_cols)`), and each local it names (`const int total = n * c;`, among
+    `locals_`' declarations) by its value so written; None where a name is neither, or the bound is not
+    a sum or a product of them and numbers."""
     assert target.spec is not None
     values = {a.name: a.value for a in target.spec.arguments if a.role == "scalar" and a.value is not None}
     nodes = list(walk(bound))
@@ -303,7 +279,7 @@ def _in_spec_terms(bound: Node, target: KernelTarget, locals_: dict[str, Node]) 
             value: str | None = str(values[text(name)])
         elif text(name) in locals_:
             rest = {k: v for k, v in locals_.items() if k != text(name)}
-            value = _in_spec_terms(locals_[text(name)], target, rest)
+            value = _in_spec_terms(_value_of(locals_[text(name)]), target, rest)
         else:
             value = None
         if value is None:
@@ -315,16 +291,11 @@ def _in_spec_terms(bound: Node, target: KernelTarget, locals_: dict[str, Node]) 
 
 
 def _constant_locals(body: Node, loop: Node) -> dict[str, Node]:
-    """The locals the body declares before the loop with a value and never changes, by name: their
-    values."""
-    found: dict[str, Node] = {}
+    """The locals the body declares before the loop with a value and never changes: their declarations,
+    by name."""
     siblings = list(body.named_children)
-    for node in siblings[: siblings.index(loop)]:
-        name = _declares(node)
-        value = node.children_by_field_name("declarator")[0].child_by_field_name("value") if name else None
-        if name is not None and value is not None and not _assigns(body, name):
-            found[name] = value
-    return found
+    declared = ((_declares(node), node) for node in siblings[: siblings.index(loop)])
+    return {name: node for name, node in declared if name is not None and not _assigns(body, name)}
 
 
 def _normalised(target: KernelTarget) -> KernelTarget | None:
@@ -341,13 +312,10 @@ def _normalised(target: KernelTarget) -> KernelTarget | None:
 
 def _statements_normalised(target: KernelTarget, source: str) -> str | None:
     # Loop macros written out lengthen the body, never what comes before it: it starts where it did.
-    start = target.kernel.body_span.start_byte
-    node: Node | None = parse_cuda(source).root_node.descendant_for_byte_range(start, start + 1)
-    while node is not None and not (node.type == "compound_statement" and node.start_byte == start):
-        node = node.parent
-    if node is None:
+    body = _body(target, source)
+    if body is None:
         return None
-    body, data = node, source.encode("utf-8")
+    data = source.encode("utf-8")
     edits = [edit for loop in _top_level(body, "while_statement") for edit in _while_as_for(data, body, loop)]
     edits += _trailing_barrier(data, body)
     if not edits:
@@ -368,10 +336,10 @@ def _while_as_for(data: bytes, body: Node, loop: Node) -> list[Edit]:
     if condition is None or inside is None or inside.type != "compound_statement":
         return []
     statements = [n for n in inside.named_children if n.type != "comment"]
-    step = _step(statements[-1]) if statements else None
+    step = _increment(statements[-1]) if statements else None
     if step is None:
         return []
-    index, _ = step
+    index = step[0]
     siblings = list(body.named_children)
     before = siblings[: siblings.index(loop)]
     declaration = next((n for n in reversed(before) if _declares(n) == index), None)
@@ -383,11 +351,11 @@ def _while_as_for(data: bytes, body: Node, loop: Node) -> list[Edit]:
         return []  # read elsewhere: the index is not the loop's alone
     if index not in identifiers(condition):
         return []
-    if any(n.type == "continue_statement" and _in_this_loop(n, loop) for n in walk(inside)):
+    if any(n.type == "continue_statement" and _leaves_loop(n, loop) for n in walk(inside)):
         return []  # a `continue` skips the while's step; a for's would take it
     if any(_assigns(n, index) for n in statements[:-1]):
         return []
-    head = text(declaration).rstrip().rstrip(";").strip()
+    head = _statement_text(declaration)
     for_text = f"for ({head}; {text(condition)[1:-1].strip()}; {text(statements[-1]).rstrip(';')})"
     last = statements[-1]
     return [
@@ -397,19 +365,36 @@ def _while_as_for(data: bytes, body: Node, loop: Node) -> list[Edit]:
     ]
 
 
-def _declares(node: Node) -> str | None:
-    """The name a single-variable top-level declaration with a value declares (`int i = ...;`)."""
+def _declared(node: Node) -> tuple[str, Node] | None:
+    """The name and value of a single-variable declaration with a value (`int i = ...;`)."""
     declarators = node.children_by_field_name("declarator") if node.type == "declaration" else []
     if len(declarators) != 1 or declarators[0].type != "init_declarator":
         return None
-    name = declarators[0].child_by_field_name("declarator")
-    return text(name) if name is not None and name.type == "identifier" else None
+    name, value = (declarators[0].child_by_field_name(f) for f in ("declarator", "value"))
+    if name is None or name.type != "identifier" or value is None:
+        return None
+    return text(name), value
 
 
-def _step(statement: Node) -> tuple[str, str] | None:
-    """(i, step) of `i += step;` or `i = i + step;`."""
-    expression = statement.named_children[0] if statement.type == "expression_statement" else None
-    if expression is None or expression.type != "assignment_expression":
+def _declares(node: Node) -> str | None:
+    """The name a single-variable declaration with a value declares."""
+    declared = _declared(node)
+    return declared[0] if declared is not None else None
+
+
+def _value_of(declaration: Node) -> Node:
+    """The value of a declaration `_declared` reads."""
+    declared = _declared(declaration)
+    assert declared is not None
+    return declared[1]
+
+
+def _increment(node: Node) -> tuple[str, Node] | None:
+    """(i, step) of `i += step` or `i = i + step` (as an expression or its statement)."""
+    expression = (
+        node.named_children[0] if node.type == "expression_statement" and node.named_children else node
+    )
+    if expression.type != "assignment_expression":
         return None
     left, right = expression.child_by_field_name("left"), expression.child_by_field_name("right")
     operator = expression.child_by_field_name("operator")
@@ -417,28 +402,28 @@ def _step(statement: Node) -> tuple[str, str] | None:
         return None
     name = text(left)
     if operator.type == "+=":
-        return name, text(right)
+        return name, right
     first, plus, second = (right.child_by_field_name(f) for f in ("left", "operator", "right"))
     if operator.type != "=" or right.type != "binary_expression" or None in (first, plus, second):
         return None
     assert first is not None and plus is not None and second is not None
-    return (name, text(second)) if text(first) == name and plus.type == "+" else None
+    return (name, second) if text(first) == name and plus.type == "+" else None
+
+
+def _statement_text(node: Node) -> str:
+    """A declaration's text without its semicolon."""
+    return text(node).rstrip().rstrip(";").strip()
+
+
+def _indent(data: bytes, node: Node) -> str:
+    """What stands before the node on its line."""
+    return data[data.rfind(b"\n", 0, node.start_byte) + 1 : node.start_byte].decode("utf-8")
 
 
 def _assigns(node: Node, name: str) -> bool:
     """Whether the statement changes the name, or takes its address (it may change through that)."""
     taken = any(n.type == "pointer_expression" and text(n).replace(" ", "") == f"&{name}" for n in walk(node))
     return taken or name in assigned_names(node)
-
-
-def _in_this_loop(node: Node, loop: Node) -> bool:
-    """Whether a `continue` belongs to this loop, not to a loop inside it."""
-    parent = node.parent
-    while parent is not None and parent != loop:
-        if parent.type in ("for_statement", "while_statement", "do_statement", "for_range_loop"):
-            return False
-        parent = parent.parent
-    return parent == loop
 
 
 def _trailing_barrier(data: bytes, body: Node) -> list[Edit]:
