@@ -394,7 +394,7 @@ class Engine:
         if isinstance(cached, CandidateResult):
             return replace(cached, candidate=candidate, compile=compiled, cached=True)
         reference = _reference_for(baseline.problems, baseline.kernel)
-        report = self._sandbox_verify(VerifyRequest(kernel, baseline.problems, reference, input_sets))
+        report = self._verify_against(baseline, kernel, input_sets)
         if isinstance(report, WorkerError):
             return CandidateResult(candidate, compiled, error=report)
         result = CandidateResult(candidate, compiled, report)
@@ -452,10 +452,7 @@ class Engine:
         kernel, key = under_test
         report = self.cache.get(key)
         if not isinstance(report, VerificationReport):
-            reference = _reference_for(baseline.problems, baseline.kernel)
-            verified = self._sandbox_verify(
-                VerifyRequest(kernel, baseline.problems, reference, self.settings.input_sets)
-            )
+            verified = self._verify_against(baseline, kernel, self.settings.input_sets)
             if isinstance(verified, WorkerError):  # unverified: not shown
                 return replace(result, comparison=None, error=verified)
             report = verified
@@ -464,6 +461,14 @@ class Engine:
             self.recorder.verification(baseline, result, report, self.gpu)  # its sample is wrong: say so
             return replace(result, verification=report, comparison=None)
         return replace(result, verification=report)
+
+    def _verify_against(
+        self, baseline: Baseline, kernel: KernelUnderTest, input_sets: int
+    ) -> VerificationReport | WorkerError:
+        """The candidate's kernel verified at every problem size on `input_sets` input sets, against the
+        spec's oracle and the original for what the oracle leaves out."""
+        reference = _reference_for(baseline.problems, baseline.kernel)
+        return self._sandbox_verify(VerifyRequest(kernel, baseline.problems, reference, input_sets))
 
     def _under_test(
         self, baseline: Baseline, candidate: Candidate, compiled: CompiledKernel, purpose: str
