@@ -50,6 +50,7 @@ Proposer = Callable[[KernelTarget], list[Candidate]]
 Evaluate = Callable[[Sequence[Candidate], Callable[[CandidateResult], None]], list[CandidateResult]]
 
 LAUNCH_CONFIG = "launch-config"
+ANALYSED = ("rewrite:", "idiom:")  # the prefixes of the proposers the kernel's analysis drives
 # Proposers worth trying on top of a candidate whose lineage includes the key, helped or not.
 # A loop split across lanes (or a block's threads) steps past the others: its loads are then worth
 # vectorising. A sum
@@ -372,7 +373,7 @@ def _propose(name: str, proposer: Proposer, target: KernelTarget, notes: list[st
             return through_pointers(proposer, target)
         # `CUDA_KERNEL_LOOP(i, n) {` read as its `for`, ...; a grid-stride loop as a thread an element
         # for the rewrites the analysis drives
-        return through_normal_form(proposer, target, grid_stride=name.startswith(("rewrite:", "idiom:")))
+        return through_normal_form(proposer, target, grid_stride=name.startswith(ANALYSED))
     except Exception as exc:
         notes.append(f"proposer {name} failed on {target.kernel.name}: {type(exc).__name__}: {exc}")
         return []

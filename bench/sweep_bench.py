@@ -28,6 +28,7 @@ from cuda_agent.agent.compile_environment import compile_in, environment_for
 from cuda_agent.agent.optimize import PROPOSERS
 from cuda_agent.agent.repository import find_sources
 from cuda_agent.agent.search import (
+    ANALYSED,
     Proposer,
     _candidate_target,
     _first_round,
@@ -37,7 +38,6 @@ from cuda_agent.agent.search import (
 )
 from cuda_agent.agent.targets import KernelTarget, load_targets
 
-ANALYSED = ("rewrite:", "idiom:")  # the proposers the sweep counts: the ones the analysis drives
 SLOW_S = 1.0  # a first round slower than this for one kernel is listed
 SECOND_ROUND_BASES = 2  # with --second-round: of each kernel's analysis-driven candidates, how many
 
@@ -77,15 +77,15 @@ def sweep(
                 found.no_spec[_first_clause(target.note)] += 1
                 continue
             found.with_spec += 1
-            candidates = _first_round_of(found, target, proposers, compile_candidates, arch)
+            candidates = _first_round_of(found, target, proposers)
             if second_round:
-                _second_round_of(found, target, candidates, compile_candidates, arch)
+                candidates += _second_round_of(found, target, candidates)
+            if compile_candidates:
+                _compile_each(found, target, candidates, arch)
     return found
 
 
-def _first_round_of(
-    found: Sweep, target: KernelTarget, proposers: dict[str, Proposer], compile_candidates: bool, arch: str
-) -> list[Candidate]:
+def _first_round_of(found: Sweep, target: KernelTarget, proposers: dict[str, Proposer]) -> list[Candidate]:
     where = f"{target.path}:{target.kernel.name}"
     notes: list[str] = []
     started = time.perf_counter()
@@ -104,14 +104,10 @@ def _first_round_of(
     if candidates:
         found.offered += 1
     found.by_proposer.update({c.proposer.split("+")[0] for c in candidates})
-    if compile_candidates:
-        _compile_each(found, target, candidates, arch)
     return candidates
 
 
-def _second_round_of(
-    found: Sweep, target: KernelTarget, first: list[Candidate], compile_candidates: bool, arch: str
-) -> None:
+def _second_round_of(found: Sweep, target: KernelTarget, first: list[Candidate]) -> list[Candidate]:
     """What a later round proposes on the first analysis-driven candidates, every proposer helpful."""
     where = f"{target.path}:{target.kernel.name}"
     bases = [c for c in first if c.proposer.startswith(ANALYSED)][:SECOND_ROUND_BASES]
@@ -127,12 +123,12 @@ def _second_round_of(
             found.raised += [f"{where}: on {base.proposer}: {note}" for note in notes]
             combined += [combine(base, step, base_target, target) for step in steps]
     found.combined += len(combined)
-    if compile_candidates:
-        _compile_each(found, target, combined, arch)
+    return combined
 
 
 def _compile_each(found: Sweep, target: KernelTarget, candidates: list[Candidate], arch: str) -> None:
-    """Compile each candidate where the original compiles; a failure is a candidate that broke it."""
+    """Compile each candidate where the original compiles (once a kernel, both rounds' candidates
+    together); a failure is a candidate that broke it."""
     if not candidates:
         return
     where = f"{target.path}:{target.kernel.name}"
