@@ -322,6 +322,18 @@ def test_the_description_is_in_the_kernels_own_spelling() -> None:
     )
 
 
+def test_a_grid_stride_loop_names_its_variable_not_the_stride_local_as_the_threads_position() -> None:
+    facts = facts_of(
+        "int stride = blockDim.x * gridDim.x;\n"
+        "for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {\n"
+        "    float s = 0; for (int c = 0; c < cols; ++c) s += x[r * cols + c]; y[r] = s; }",
+        grid="64",
+    )
+    described = facts.describe()
+    assert described.startswith("a thread per r (a grid-stride loop); loop r to rows by stride")
+    assert "per stride" not in described
+
+
 def test_accesses_it_cannot_place_are_kept_so_rewrites_can_refuse() -> None:
     facts = facts_of(
         "int r = blockIdx.x * blockDim.x + threadIdx.x; float buf[4]; buf[0] = x[r];\n"

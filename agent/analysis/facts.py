@@ -142,11 +142,18 @@ class KernelFacts:
         """One line a person can check, in the kernel's own spelling: the thread mapping, the loops and
         their reductions, and the worst-coalesced access."""
         parts = []
-        mapped = [i.name for i in self.indices if i.axis] or [i.name for i in self.indices[:1]]
+        # a local read from the builtins but not the thread's position (`stride = blockDim.x * gridDim.x`)
+        # names no mapping; a grid-stride loop's variable starting at the thread's position does
+        mapped = [i.name for i in self.indices if i.axis] or [
+            i.name for i in self.indices[:1] if _reads_thread(i.form)
+        ]
+        strided = [loop.variable for loop in self.loops if loop.depth == 0 and _reads_thread(loop.start)]
         if mapped:
             parts.append(
                 "a thread per " + (mapped[0] if len(mapped) == 1 else f"({', '.join(reversed(mapped))})")
             )
+        elif strided:
+            parts.append(f"a thread per {strided[0]} (a grid-stride loop)")
         for loop in self.loops:
             kind = ", ".join(f"{r.combine} into {'/'.join(r.accumulators)}" for r in loop.reductions)
             if not kind:
@@ -184,3 +191,8 @@ def _written(node: Node) -> str:
 def _spelled(form: Form) -> str:
     written = form.text()
     return "a loaded or divided amount" if "⟨" in written else written
+
+
+def _reads_thread(form: Form) -> bool:
+    """Whether the form moves with the thread within its block (reads a `threadIdx` component)."""
+    return any(atom.startswith("threadIdx") for monomial in form.terms for atom in monomial)
