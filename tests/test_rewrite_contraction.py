@@ -8,13 +8,14 @@ that are not multiples of 4, 8 or 128."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import device_source
-from cuda_agent.agent.proposers.rewrites._gemm_tile import VECTOR_DEPTH
+from cuda_agent.agent.proposers.rewrites._gemm_tile import Shape
 from cuda_agent.agent.proposers.rewrites.contraction import propose
 from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
@@ -23,10 +24,11 @@ from tests.test_rewrite_warp_per_output import ATTENTION, GEMV, _target, needs_c
 from tests.test_rewrite_warp_per_output import check as compiled_candidates
 
 # The tests name candidates by position in the templates' order (the first kernel's 128x128, 128x64 and
-# 64x64 tiles, then the float4 kernel's 128x128, 128x256, 128x64 and 64x64), whatever order the rewrite offers
-# them in for the search.
+# 64x64 tiles, then the float4 kernel's 128x128, 128x256, 128x64 and 64x64, 8 deep and 16), whatever order the
+# rewrite offers them in for the search.
 TEMPLATE_ORDER = (
-    "128x128 shared", "128x64 shared", "64x64 shared", "128x128x8 ", "128x256x8 ", "128x64x8 ", "64x64x8 "
+    "128x128 shared", "128x64 shared", "64x64 shared", "128x128x8 ", "128x256x8 ", "128x64x8 ", "64x64x8 ",
+    "64x64x16 ",
 )  # fmt: skip
 
 
@@ -79,11 +81,18 @@ def test_an_output_of_few_tiles_gets_smaller_tiles_and_split_sums_first(name: st
     target = load_targets(OUTSIDE / name).targets[0]
     candidates = propose(target)
     offered = [c.description.split(": ")[1].split(" tiles")[0] for c in candidates]
-    assert offered[:4] == ["64x64x8", "128x64x8", "64x64x8", "64x64x8"] and len(offered) == 9, offered
+    assert offered[:4] == ["64x64x16", "128x64x8", "64x64x8", "64x64x8"] and len(offered) == 9, offered
     blocks = [c.launch.block[0] for c in candidates if c.launch is not None]
     assert blocks[:4] == [256, 256, 512, 1024] and set(blocks[4:]) == {256}
     assert "split between 2 groups of 256 threads" in candidates[2].description
     assert candidates[3].flags == ("-maxrregcount=64",)  # 1024 threads: 64 registers each at most
+
+
+def test_tiles_16_deep_fit_the_static_shared_memory_or_are_refused() -> None:
+    # two buffers of each factor's tile, 16 deep: 64x64 needs 17 KiB, 128x128 34 KiB; 128x256 would need 49
+    Shape(vector=True, quads_m=2, quads_n=2, depth=16)
+    with pytest.raises(ValueError, match="static 48 KiB"):
+        Shape(vector=True, quads_m=2, quads_n=4, depth=16)
 
 
 def test_a_large_output_gets_no_split_sums() -> None:
@@ -308,7 +317,7 @@ def test_a_flat_index_taken_apart_is_a_batch_of_contractions() -> None:
 
 def vectorised(candidates: list[Candidate]) -> list[Candidate]:
     """The float4 kernel's candidates."""
-    return [c for c in candidates if f"x{VECTOR_DEPTH} tiles" in c.description]
+    return [c for c in candidates if re.search(r"\d+x\d+x\d+ tiles", c.description)]
 
 
 def float4_paths(candidate: Candidate) -> list[str]:
@@ -326,12 +335,13 @@ def test_the_float4_kernel_loads_both_factors_along_memory() -> None:
         ("ceil_div(N, 128)", "ceil_div(M, 128)"),
         ("ceil_div(N, 256)", "ceil_div(M, 128)"),
         ("ceil_div(N, 64)", "ceil_div(M, 128)"),
-        ("ceil_div(N, 64)", "ceil_div(M, 64)"),  # 1024 x 1024 outputs: the small tiles are offered too
-        ("ceil_div(N, 64)", "ceil_div(M, 64)"),  # and with the sum split between 2 and 4 groups
-        ("ceil_div(N, 64)", "ceil_div(M, 64)"),
+        ("ceil_div(N, 64)", "ceil_div(M, 64)"),  # 1024 x 1024 outputs: the small tiles are offered too,
+        ("ceil_div(N, 64)", "ceil_div(M, 64)"),  # with the sum split between 2 and 4 groups
+        ("ceil_div(N, 64)", "ceil_div(M, 64)"),  # and 16 deep
     ]
     capped = ("-maxrregcount=64",)
-    assert [c.flags for c in candidates] == [("-maxrregcount=128",), (), (), (), capped, capped]
+    assert [c.flags for c in candidates] == [("-maxrregcount=128",), (), (), capped, capped, ()]
+    assert "64x64x16 tiles" in candidates[-1].description
     a, b = float4_paths(candidates[0])
     # A along k, four k of one row; B along the col, four cols of one k; each only in range and aligned
     assert a == "if (r < M && c + 3 < K && reinterpret_cast<unsigned long long>(&(A[r * K + c])) % 16 == 0) {"

@@ -54,7 +54,7 @@ def test_each_convolution_is_offered_a_gemm_whose_sides_follow_the_factors() -> 
 def test_the_launch_covers_the_batch_and_both_sides() -> None:
     (first, *_) = propose(_load(CONV2D))
     assert first.launch is not None
-    assert first.launch.grid == ("ceil_div(W * H, 128)", "ceil_div(K, 64)", "(N * K) // K")
+    assert first.launch.grid == ("ceil_div(W * H, 64)", "ceil_div(K, 64)", "(N * K) // K")
     assert first.launch.block == (256, 1, 1)
 
 

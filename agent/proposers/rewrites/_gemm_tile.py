@@ -5,7 +5,8 @@ statements after the loop run once per output.
 `scalar_tiles`, the first: tiles of depth 16 loaded one element per load, the epilogue run straight from
 the registers, a thread's outputs four neighbouring columns at a time.
 
-`vector_tiles`, the layout of the well-known "SGEMM 128x128x8, 256 threads" kernels: tiles of depth 8,
+`vector_tiles`, the layout of the well-known "SGEMM 128x128x8, 256 threads" kernels: tiles of depth 8 (16
+for the 64x64 tiles of small outputs: half the barriers where a thread has only 16 outputs to sum),
 each thread loading four neighbouring elements as one float4 where the factor's loads are contiguous
 (with a per-group check of the bounds and the alignment, so that any sizes and offsets work), both tiles
 stored k-major so that a thread's 4 rows and 4 columns are one float4 each, the next tile loaded into
@@ -49,11 +50,17 @@ class Shape:
     # An output of few tiles (SYRK's 1024 x 1024, a convolution's 64 channels) then has as many warps an
     # SM as a large one, without a second kernel or a buffer for partial sums.
     splits: int = 1
+    # `vector_tiles` only: the tiles' extent along k. 16 halves the barriers and the loop's overhead a
+    # multiply-add; both double-buffered tiles must then still fit the static 48 KiB.
+    depth: int = VECTOR_DEPTH
 
     def __post_init__(self) -> None:
         # the groups' partial sums pass through `staged`: it must hold the whole tile
         if self.splits > 1 and not (self.vector and staged_rows(self.tile[1]) == self.tile[0]):
             raise ValueError("a split sum needs a tile that vector_tiles' staging buffer holds whole")
+        tile_m, tile_n = self.tile
+        if self.splits * 2 * self.depth * (tile_m + tile_n + 8) * 4 > 48 * 1024:
+            raise ValueError("the double-buffered tiles of this depth exceed the static 48 KiB")
 
     @property
     def tile(self) -> tuple[int, int]:
@@ -162,7 +169,7 @@ def description(contraction: Contraction, shape: Shape) -> str:
         else ""
     )
     return (
-        f"tiled contraction over {contraction.k}: {tile_m}x{tile_n}x{VECTOR_DEPTH} tiles{loads}, "
+        f"tiled contraction over {contraction.k}: {tile_m}x{tile_n}x{shape.depth} tiles{loads}, "
         f"{per_thread}{split}, stored through shared memory{skipped}"
     )
 
@@ -384,11 +391,12 @@ class _Side:
     first: str  # the tile's first outer index (row0 or col0)
     bound: str  # the outer index's bound (rows or cols)
     outer_is_r: bool  # the outer index is the factor's `{r}` (the row factor), else its `{c}`
+    depth: int  # the tile's extent along k
 
     @property
     def groups(self) -> int:
         """Groups of four neighbouring elements in a tile."""
-        return self.extent * VECTOR_DEPTH // 4
+        return self.extent * self.depth // 4
 
 
 # The locals `vector_tiles` declares, besides `v0`, `v1`, ... (the float4s of a group's contiguous loads).
@@ -411,8 +419,8 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     # each group of a split sum has its own tiles
     own = f"[{group}]" if splits > 1 else ""
     sides = (
-        _Side(x.a, f"{tiles}.{n['As']}{own}", n["a_next"], tile_m, n["row0"], x.rows, True),
-        _Side(x.b, f"{tiles}.{n['Bs']}{own}", n["b_next"], tile_n, n["col0"], x.cols, False),
+        _Side(x.a, f"{tiles}.{n['As']}{own}", n["a_next"], tile_m, n["row0"], x.rows, True, shape.depth),
+        _Side(x.b, f"{tiles}.{n['Bs']}{own}", n["b_next"], tile_n, n["col0"], x.cols, False, shape.depth),
     )
     # A split sum's group takes every `splits`-th tile of k; all groups run the same number of steps (the
     # barriers are the block's), a group past the end loading zeros.
@@ -566,7 +574,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     return f"""{{
 {opening} The factors pass through shared memory in tiles of depth {bk}, both
     // stored k-major (a thread's 4 rows, and its 4 columns, are one float4), double-buffered.
-    constexpr int {bm} = {tile_m}, {bn} = {tile_n}, {bk} = {VECTOR_DEPTH};
+    constexpr int {bm} = {tile_m}, {bn} = {tile_n}, {bk} = {shape.depth};
     __shared__ __align__(16) union {{
         struct {{
             float {n["As"]}{groups}[2][{bk}][{bm} + 4];  // +4: a k-fast factor's transposed stores miss each other

@@ -55,10 +55,11 @@ from tree_sitter import Node
 PROPOSER = "rewrite:implicit-gemm"
 # Rows of at most one 64-row tile (a convolution's output channels) lead with 64-row tiles, wide ones
 # with 128; the float4 kernel first (its loads here are one element at a time, but its epilogue leaves
-# through shared memory, coalesced), the first kernel last.
+# through shared memory, coalesced), the first kernel last. The 64x64 tiles 16 deep lead: on an H100
+# conv2d_naive's 0.140 ms (64x64x8, the sum split between 4 groups) became 0.116 ms.
 NARROW_SHAPES: tuple[Shape, ...] = (
+    Shape(vector=True, quads_m=1, quads_n=1, depth=16),
     Shape(vector=True, quads_m=1, quads_n=2),
-    Shape(vector=True, quads_m=1, quads_n=1),
     Shape(vector=False, quads_m=1, quads_n=1),
     *SPLIT_TILES,
 )
