@@ -204,6 +204,22 @@ def test_a_matrix_product_computes_several_rows_a_thread() -> None:
 
 
 @needs_compiler
+def test_indices_declared_together_are_coarsened_like_indices_declared_apart() -> None:
+    # `const int oc = ..., p = ...;`: the coarsened index's value is found in its own declarator
+    together = POINTWISE.replace(
+        "    const int p = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    const int oc = blockIdx.y * blockDim.y + threadIdx.y;",
+        "    const int oc = blockIdx.y * blockDim.y + threadIdx.y,\n"
+        "              p = blockIdx.x * blockDim.x + threadIdx.x;",
+    )
+    assert together != POINTWISE
+    candidates = check(_target(together, "pointwise"), coarsen.propose)
+    body = body_of(candidates[0], "pointwise")
+    assert "const int oc = (blockIdx.y * blockDim.y + threadIdx.y) * 2," in body
+    assert "if (oc + f < K) y[(oc + f) * P + p] = s[f] > 0.0f ? s[f] : 0.0f;" in body
+
+
+@needs_compiler
 def test_a_pointwise_convolution_along_y_keeps_its_epilogue_per_value() -> None:
     candidates = check(_target(POINTWISE, "pointwise"), coarsen.propose)
     body = body_of(candidates[0], "pointwise")

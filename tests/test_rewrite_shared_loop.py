@@ -97,6 +97,17 @@ def test_a_shared_array_a_barrier_completed_is_summed_by_the_block() -> None:
     assert compile_kernel(device_source(candidate.source), "block_sum").ok
 
 
+def test_not_offered_where_a_moved_local_is_declared_again_after_the_if() -> None:
+    # thread 0's `float sum` would join the block's scope, beside the later `float sum` every thread reads
+    again = BLOCK_SUM.replace(
+        "        partial[blockIdx.x] = sum;\n    }\n}",
+        "        cache[0] = sum;\n    }\n    __syncthreads();\n"
+        "    float sum = cache[0];\n    partial[blockIdx.x] = sum;\n}",
+    )
+    assert again != BLOCK_SUM
+    assert shared_loop.propose(_target(again, "block_sum")) == []
+
+
 @pytest.mark.parametrize(
     "change",
     [

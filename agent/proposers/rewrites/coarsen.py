@@ -200,8 +200,10 @@ def _axis(
 
 
 def _value(index: ThreadIndex) -> Node | None:
+    """The index's initial value, also where one declaration declares several (`int i = ..., j = ...;`)."""
     declarators = index.declaration.children_by_field_name("declarator")
-    value = declarators[0].child_by_field_name("value") if len(declarators) == 1 else None
+    mine = [d for d in declarators if declarator_name(d) == index.name]
+    value = mine[0].child_by_field_name("value") if len(mine) == 1 else None
     return unwrap(value) if value is not None else None
 
 
@@ -269,6 +271,8 @@ def _covered(tree: KernelTree, position: int, bound: Form) -> str | None:
 
 
 def _plan(tree: KernelTree, facts: KernelFacts, guard: Guard, axis: _Axis) -> _Plan:
+    if _value(axis.index) is None:  # the value scaled by the factor is not written in the declaration
+        raise _Unsupported(f"{axis.index.name} has no initial value of its own to scale")
     top = statements(tree.body)
     at = top.index(guard.statement)
     consequence = guard.statement.child_by_field_name("consequence")
@@ -440,7 +444,7 @@ def _hidden_effects(tree: KernelTree) -> bool:
 def _edits(tree: KernelTree, plan: _Plan, factor: int, f: str, groups: str) -> list[Edit]:
     axis, name = plan.axis, plan.axis.index.name
     value = _value(axis.index)
-    assert value is not None
+    assert value is not None  # `_plan` refused the axis otherwise
     first = min(axis.declarations, key=lambda d: d.start_byte)
     indent = line_indent(tree, first)
     header = f"// each thread computes {name} .. {name} + {factor - 1}, "

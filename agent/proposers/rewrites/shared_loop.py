@@ -189,7 +189,11 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, solo: Solo) -> tuple[str, tup
         raise _Unsupported("nothing uses the loops' results")
     _check_uniform(tree, facts, solo)
     declared = set().union(*(declared_names(node, tree) for node in solo.moved))
-    clashes = declared_names(tree.body, tree) - declared_names(solo.statement, tree)
+    # the moved declarations join the kernel's outermost scope: its other declarations there and the
+    # parameters' names must differ (one declared inside the if and again after it would otherwise clash)
+    clashes = {p.name for p in tree.target.kernel.parameters}.union(
+        *(declared_names(node, tree) for node in statements(tree.body) if node.type == "declaration")
+    )
     if declared & clashes:
         raise _Unsupported("a moved declaration's name is declared elsewhere in the kernel")
     names = local_names(
