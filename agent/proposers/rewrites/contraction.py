@@ -18,6 +18,7 @@ user's conditions, read at its corners, say no output reads the sum skips the lo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, declared_values, flat_pieces
@@ -83,7 +84,10 @@ class _Unsupported(Exception):
     """Not a contraction this rewrite can tile; the message says why (for debugging)."""
 
 
-def propose(target: KernelTarget) -> list[Candidate]:
+def propose(target: KernelTarget, shapes: Sequence[Shape] | None = None) -> list[Candidate]:
+    """The tiled GEMM candidates of a recognised float contraction (the tensor-core one for 16-bit
+    factors); `shapes` replaces the tile shapes chosen by the output's size (`python -m bench.gemm_shapes`
+    measures others)."""
     # `float a = A[..]; float b = B[..]; acc += a * b;` is read as `acc += A[..] * B[..];`
     found = analysed(inlined_loop_locals(target))
     if found is None or target.spec is None:
@@ -105,7 +109,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         # half the tiles of an output this small leave SMs idle: SYRK's 1024 x 1024 took 0.090 ms so on
         # the H100, against 0.087 ms computing every tile
         match = replace(match, mirror=False)
-    shapes = fitting(target, _shapes(match, tiles))
+    shapes = fitting(target, _shapes(match, tiles) if shapes is None else shapes)
     return gemm_candidates(tree, match, shapes, proposer=PROPOSER, batch_grid=batch_grid) if shapes else []
 
 

@@ -21,6 +21,7 @@ per output, with the user's index locals declared from the output's place.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names, flat_pieces
@@ -77,7 +78,9 @@ class _Unsupported(Exception):
     """Not a loop-nest contraction this rewrite can tile; the message says why (for debugging)."""
 
 
-def propose(target: KernelTarget) -> list[Candidate]:
+def propose(target: KernelTarget, shapes: Sequence[Shape] | None = None) -> list[Candidate]:
+    """The tiled GEMM candidates of a convolution-like loop nest; `shapes` replaces the tile shapes chosen
+    by the output's rows (`python -m bench.gemm_shapes` measures others)."""
     # `float a = A[..]; float b = B[..]; acc += a * b;` is read as `acc += A[..] * B[..];`
     found = analysed(inlined_loop_locals(target))
     if found is None or target.spec is None:
@@ -97,7 +100,9 @@ def propose(target: KernelTarget) -> list[Candidate]:
         rows_at = evaluate(nest.rows_spec, target.spec.sizes)
     except (ExpressionError, ArithmeticError):
         rows_at = None
-    shapes = fitting(target, NARROW_SHAPES if rows_at is not None and rows_at <= 64 else WIDE_SHAPES)
+    if shapes is None:
+        shapes = NARROW_SHAPES if rows_at is not None and rows_at <= 64 else WIDE_SHAPES
+    shapes = fitting(target, shapes)
     if not shapes or not all(contraction._is_float(tree, p) for p in arrays):
         return []
     summary = f"implicit GEMM: {nest.summary}; "
