@@ -19,7 +19,7 @@ from pathlib import Path
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites import contraction, implicit_gemm
 from cuda_agent.agent.proposers.rewrites._gemm_tile import Shape
-from cuda_agent.agent.rewrite import with_launch, with_spec_flags
+from cuda_agent.agent.rewrite import with_spec_flags, write_launch
 from cuda_agent.agent.targets import KernelTarget, load_targets
 
 _SHAPE = re.compile(r"(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)(?:/(?P<splits>\d+))?(?:@(?P<registers>\d+))?")
@@ -58,20 +58,16 @@ def candidates(target: KernelTarget, shapes: Sequence[Shape]) -> list[Candidate]
 
 
 def as_compared(target: KernelTarget, candidate: Candidate) -> str:
-    """The candidate's file as `compare` reads it: its launch and its compiler flags (a register cap)
-    written into the kernel's spec."""
+    """The candidate's file as `compare` reads it: its launch (as the search writes it,
+    `agent/optimize.py`) and its compiler flags (a register cap) written into the kernel's spec."""
     text = candidate.source
     if candidate.launch is not None:
-        text = with_launch(_reread(target, text), candidate.launch, text)
+        text = write_launch(target, candidate.launch, text).text
     if candidate.flags:
-        text = with_spec_flags(_reread(target, text), candidate.flags)
+        reread = load_targets(target.path, text).find(target.kernel.name)
+        assert reread is not None and reread.spec is not None, "a candidate keeps its kernel and spec"
+        text = with_spec_flags(reread, candidate.flags)
     return text
-
-
-def _reread(target: KernelTarget, text: str) -> KernelTarget:
-    found = load_targets(target.path, text).find(target.kernel.name)
-    assert found is not None and found.spec is not None, "a candidate keeps its kernel and spec"
-    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

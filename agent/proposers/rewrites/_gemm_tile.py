@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.tree import KernelTree, build_candidate, local_names
+from cuda_agent.agent.proposers.tree import SHARED_LIMIT, KernelTree, build_candidate, local_names
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
 
@@ -59,7 +59,7 @@ class Shape:
         if self.splits > 1 and not (self.vector and staged_rows(self.tile[1]) == self.tile[0]):
             raise ValueError("a split sum needs a tile that vector_tiles' staging buffer holds whole")
         tile_m, tile_n = self.tile
-        if self.splits * 2 * self.depth * (tile_m + tile_n + 8) * 4 > 48 * 1024:
+        if self.splits * 2 * self.depth * (tile_m + tile_n + 8) * 4 > SHARED_LIMIT:
             raise ValueError("the double-buffered tiles of this depth exceed the static 48 KiB")
 
     @property
