@@ -1,5 +1,5 @@
-"""`python -m bench [--suite classic|outside|all] [--kernels NAME...] [--budget-s 180] [--out bench/results]`:
-the bench suites (bench/suite.py), all of them unless --suite says which.
+"""`python -m bench [--suite classic|outside|holdout|all] [--kernels NAME...] [--budget-s 180]
+[--out bench/results]`: the bench suites (bench/suite.py), all of them unless --suite says which.
 
 `python -m bench --merge A.json B.json`: one table from runs of parts of the suite (a GPU session too short
 for all of it runs it in parts)."""

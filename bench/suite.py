@@ -1,6 +1,8 @@
 """The bench suites, every kernel with a spec in file order: "classic", the first drafts written for the bench
-(bench/kernels/*.cu), and "outside", first drafts in the styles of public code: llm.c-style training
-kernels, PolyBench, course exercises, PyTorch extensions (bench/kernels/outside/*.cu)."""
+(bench/kernels/*.cu); "outside", first drafts in the styles of public code: llm.c-style training
+kernels, PolyBench, course exercises, PyTorch extensions (bench/kernels/outside/*.cu); and "holdout", more
+of those written after the optimizer was built, kinds it was not tuned on, measured first as they came
+(bench/kernels/holdout/*.cu)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ from pathlib import Path
 from cuda_agent.agent.targets import KernelTarget, load_targets
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
-SUITES: dict[str, Path] = {"classic": KERNELS_DIR, "outside": KERNELS_DIR / "outside"}
+SUITES: dict[str, Path] = {
+    "classic": KERNELS_DIR,
+    "outside": KERNELS_DIR / "outside",
+    "holdout": KERNELS_DIR / "holdout",
+}
 ALL = "all"
 SUITE_CHOICES = (*SUITES, ALL)
 

@@ -159,8 +159,10 @@ def test_suites_are_the_folders() -> None:
     classic = load_suite()  # the default, as before there were two
     assert {suite_of(t.path) for t in classic} == {"classic"}
     assert {suite_of(t.path) for t in OUTSIDE} == {"outside"}
-    assert _ids(EVERY) == _ids(classic) + _ids(OUTSIDE)
-    assert suite_names("all") == ("classic", "outside")
+    holdout = load_suite(suite="holdout")
+    assert {suite_of(t.path) for t in holdout} == {"holdout"} and len(holdout) >= 10
+    assert _ids(EVERY) == _ids(classic) + _ids(OUTSIDE) + _ids(holdout)
+    assert suite_names("all") == ("classic", "outside", "holdout")
     with pytest.raises(ValueError, match="no bench suite named nope"):
         suite_names("nope")
 
