@@ -103,6 +103,14 @@ class Access:
         not affine in it (`x[idx[k]]`, `x[k * k]`)."""
         return None if atom in self.hidden else self.offset.coefficient(atom)
 
+    def piecewise_lane_stride(self, atoms: Atoms) -> Form | None:
+        """`stride(LANE)` with a flat index's pieces read as a warp sees them away from a piece's edge: `g %
+        D` steps with g, `g / D` stays (`inp[(b * T + t) * C + c]` with `c = idx % C` is one element apart
+        between neighbouring threads, except where a warp crosses a multiple of C). A coalescing estimate,
+        not a fact every warp holds; None where a load or another opaque part moves with the lane."""
+        stepped = _lane_steps(self.offset, atoms)
+        return stepped.coefficient(LANE) if stepped is not None else None
+
     @property
     def lane_stride(self) -> int | None:
         """Elements between neighbouring threads of a warp, when it is a number (the coalescing model)."""
@@ -196,3 +204,21 @@ def _spelled(form: Form) -> str:
 def _reads_thread(form: Form) -> bool:
     """Whether the form moves with the thread within its block (reads a `threadIdx` component)."""
     return any(atom.startswith("threadIdx") for monomial in form.terms for atom in monomial)
+
+
+def _lane_steps(form: Form, atoms: Atoms) -> Form | None:
+    """The form with each division or remainder of a lane-dependent value replaced by how it moves with the
+    lane (see `Access.piecewise_lane_stride`); None where an opaque part that is neither moves with it."""
+    for atom in form.atoms():
+        if LANE not in atoms.depends.get(atom, frozenset({atom})) or atom == LANE:
+            continue
+        operation = atoms.operations.get(atom)
+        if operation is None:
+            return None
+        kind, numerator, _ = operation
+        inner = _lane_steps(numerator, atoms)
+        step = inner.coefficient(LANE) if inner is not None else None
+        if step is None:
+            return None
+        form = form.substitute(atom, Form.atom(LANE) * step if kind == "%" else Form())
+    return form

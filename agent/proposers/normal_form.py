@@ -33,6 +33,7 @@ from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import parse_cuda, walk
+from cuda_agent.agent.proposers.block_width import block_width_form
 from cuda_agent.agent.proposers.tree import Edit, identifiers
 from cuda_agent.agent.spec.loop_macros import loop_macros_written_out
 from cuda_agent.agent.targets import KernelTarget, reloaded_target
@@ -54,8 +55,10 @@ def through_normal_form(
     """The proposer's candidates for the kernel, made on its normal form where it has one; with
     `grid_stride` (the analysis-driven rewrites), where that gives none, those made on its grid-stride
     loop read as a thread an element that bring their own launch (or run on a covering grid)."""
-    normal = normal_form(target)
-    found = proposer(normal if normal is not None else target)
+    normal = normal_form(target) or target
+    if grid_stride:  # `blockIdx.x * TILE + threadIdx.x` under blocks TILE wide: the global index
+        normal = block_width_form(normal) or normal
+    found = proposer(normal)
     stepped = grid_stride_form(target) if grid_stride and not found else None
     if stepped is None:
         return found

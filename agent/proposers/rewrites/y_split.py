@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from cuda_agent.agent.analysis import KernelFacts, analysed, declared_values
 from cuda_agent.agent.analysis.facts import FIND_FIRST, Loop
-from cuda_agent.agent.analysis.forms import LANE, Form
+from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, bound_terms
@@ -96,11 +96,13 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
     inside = facts.accesses_in(loop)
     if any(a.write for a in inside):
         raise Unsupported("the loop stores")
+    # a flat index's pieces (`c = idx % C`) as a warp sees them away from a row's edge
+    across = {id(a): a.piecewise_lane_stride(facts.atoms) for a in inside}
     for access in inside:
-        across = access.stride(LANE)
-        if across is None or across.value() not in (0, 1):
+        stride = across[id(access)]
+        if stride is None or stride.value() not in (0, 1):
             raise Unsupported(f"{access.array}: neighbouring threads do not read together")
-    if not any(a.stride(LANE) == Form.constant(1) for a in inside):
+    if not any(across[id(a)] == Form.constant(1) for a in inside):
         raise Unsupported("nothing the threads along x read together")
     for reduction in loop.reductions:
         check_initial(tree, loop, reduction)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.normal_form import grid_stride_form
 from cuda_agent.agent.proposers.transforms.pattern import ThreadPerElement, thread_per_element
 from cuda_agent.agent.proposers.tree import (
     Edit,
@@ -38,7 +39,7 @@ def propose_grid_stride(target: KernelTarget) -> list[Candidate]:
         return []
     match = thread_per_element(tree)
     if match is None:
-        return []
+        return _wider_grids(target, tree)
     source = tree.apply_to_file(grid_stride_edits(tree, match))
     launch = target.spec.launch
     grid = launch.grid[0]
@@ -65,6 +66,35 @@ def propose_grid_stride(target: KernelTarget) -> list[Candidate]:
             )
         )
     return candidates
+
+
+def _wider_grids(target: KernelTarget, tree: KernelTree) -> list[Candidate]:
+    """A kernel written as a grid-stride loop already, launched on a grid of its own choosing (the CUDA
+    introduction's dot product caps it at 32 blocks: a quarter of the SMs idle): the same kernel on a
+    grid of one wave, and of a thread for every 4 elements. Only where the block's number and the grid's
+    width are read once each, as the loop's start and step: nothing else can depend on the grid."""
+    stepped = grid_stride_form(target)
+    body = tree.text(tree.body)
+    if stepped is None or stepped.spec is None or body.count("blockIdx") != 1 or body.count("gridDim") != 1:
+        return []
+    assert target.spec is not None
+    launch, covering = target.spec.launch, stepped.spec.launch.grid[0]
+    waves = max(1, MAX_THREADS_PER_SM // launch.block[0])
+    grids = {
+        f"min({covering}, {MULTIPROCESSORS} * {waves})": f"one wave ({MULTIPROCESSORS} SMs × {waves} blocks)",
+        coarsened_grid(covering, 4): "a thread for every 4 elements",
+    }
+    return [
+        candidate_from(
+            target,
+            target.source,
+            description=f"the grid-stride loop launched on {what} instead of {launch.grid[0]} blocks",
+            proposer=PROPOSER,
+            launch=with_grid(launch, grid),
+        )
+        for grid, what in grids.items()
+        if grid != launch.grid[0]
+    ]
 
 
 def coarsened_grid(grid: str, k: int) -> str:
