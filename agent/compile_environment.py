@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cuda_agent.agent.constant_inputs import constant_inputs
 from cuda_agent.agent.device_source import device_source, includes_torch
 from cuda_agent.sandbox.compile import Backend, compile_kernel
 from cuda_agent.sandbox.harness_options import harness_reason
@@ -131,10 +132,15 @@ def compile_in(
     all_flags = _last_standard_only((*environment.compiler_flags(), *flags))
 
     def run(text: str, run_flags: Sequence[str], backend: Backend) -> CompileResult:
-        return compile_kernel(
+        result = compile_kernel(
             text, kernel, filename=filename, arch=arch, include_dirs=environment.include_dirs,
             flags=run_flags, backend=backend,
         )  # fmt: skip
+        # the mask a host fills with cudaMemcpyToSymbol: filled by the sandbox instead of left at zero
+        constants = constant_inputs(source)
+        if result.kernel is None or not constants:
+            return result
+        return replace(result, kernel=replace(result.kernel, constants=constants))
 
     if not includes_torch(source):
         text = device_source(source, relaxed_constexpr=_RELAXED_CONSTEXPR in all_flags)

@@ -10,6 +10,7 @@ inputs it has never seen).
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ import cupy
 import numpy as np
 from cuda_agent.sandbox.accessors import accessor_struct
 from cuda_agent.sandbox.checks import check_guards, float32_to_bfloat16_bits
-from cuda_agent.sandbox.plan import ArgumentPlan, CompiledKernel, LaunchPlan, Problem
+from cuda_agent.sandbox.plan import ArgumentPlan, CompiledKernel, ConstantInput, LaunchPlan, Problem
 from cuda_agent.sandbox.reports import CheckFailure
 
 GUARD_BYTES = 64 * 1024  # each side; a multiple of 256, so the data pointer keeps the allocation's alignment
@@ -364,12 +365,30 @@ class KernelModules:
                 module = cupy.cuda.function.Module()
                 module.load(kernel.cubin)
                 self._functions[key] = module.get_function(kernel.lowered_name)
+                fill_constants(module, kernel.constants)
             except CUDA_ERRORS as exc:
                 raise classify(exc, f"loading {kernel.name!r} ({kernel.lowered_name})") from exc
         return self._functions[key]
 
     def clear(self) -> None:
         self._functions.clear()
+
+
+def fill_constants(module: Any, constants: tuple[ConstantInput, ...]) -> None:
+    """Fill the module's `__constant__` inputs with values drawn from their names (normal(0, 1)): every
+    module loaded, the original's and a candidate's, reads the same. One the cubin lacks is skipped."""
+    for constant in constants:
+        try:
+            memory = module.get_global(constant.name)
+        except CUDA_ERRORS:
+            continue  # not in this cubin (a candidate that no longer reads it)
+        dtype = storage_dtype(constant.dtype)
+        count = memory.mem.size // dtype.itemsize
+        values = cupy.empty(count, dtype=dtype)
+        plan = ArgumentPlan(constant.name, "input", constant.dtype, (count,))
+        fill_random(values, plan, zlib.crc32(constant.name.encode()))
+        memory.copy_from_device(values.data, count * dtype.itemsize)
+    cupy.cuda.runtime.deviceSynchronize()
 
 
 _MAX_DYNAMIC_SHARED = getattr(cupy.cuda.driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)

@@ -161,6 +161,17 @@ class ResourceUsage:
 
 
 @dataclass(frozen=True)
+class ConstantInput:
+    """A floating-point `__constant__` array of the kernel's file, which host code fills before launching
+    (a convolution's mask, a filter's weights). Left as loaded it holds zeros, and every kernel reading it
+    computes as if the weights were 0: a wrong rewrite would match the original there. The sandbox fills
+    it with values drawn from its name, the same in every module it loads (sandbox/buffers.py)."""
+
+    name: str
+    dtype: DType
+
+
+@dataclass(frozen=True)
 class CompiledKernel:
     """A loadable kernel: the cubin and the symbol to look up in it."""
 
@@ -172,6 +183,7 @@ class CompiledKernel:
     flags: tuple[str, ...] = ()
     resources: ResourceUsage = field(default_factory=ResourceUsage)
     source_sha256: str = ""
+    constants: tuple[ConstantInput, ...] = ()  # filled at load, before any launch
 
 
 @dataclass(frozen=True)
