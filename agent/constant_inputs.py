@@ -31,6 +31,27 @@ def constant_inputs(source: str) -> tuple[ConstantInput, ...]:
     return _FOUND.get_or_make(source, lambda: _found(source))
 
 
+def constant_arrays(source: str) -> frozenset[str]:
+    """Every top-level `__constant__` array of the file (initialised, integer ones too): what device code
+    can only read."""
+    if "__constant__" not in source:
+        return frozenset()
+    return frozenset(
+        text(name)
+        for declaration in parse_cuda(source).root_node.named_children
+        if declaration.type == "declaration" and _is_constant(declaration)
+        for declarator in declaration.children_by_field_name("declarator")
+        for array in (
+            declarator.child_by_field_name("declarator")
+            if declarator.type == "init_declarator"
+            else declarator,
+        )
+        if array is not None and array.type == "array_declarator"
+        for name in (array.child_by_field_name("declarator"),)
+        if name is not None and name.type == "identifier"
+    )
+
+
 def _found(source: str) -> tuple[ConstantInput, ...]:
     found = []
     for declaration in parse_cuda(source).root_node.named_children:

@@ -9,6 +9,8 @@ inputs it has never seen).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import zlib
 from collections.abc import Mapping
@@ -378,17 +380,32 @@ def fill_constants(module: Any, constants: tuple[ConstantInput, ...]) -> None:
     """Fill the module's `__constant__` inputs with values drawn from their names (normal(0, 1)): every
     module loaded, the original's and a candidate's, reads the same. One the cubin lacks is skipped."""
     for constant in constants:
-        try:
-            memory = module.get_global(constant.name)
-        except CUDA_ERRORS:
+        found = _module_global(module.ptr, constant.name)
+        if found is None:
             continue  # not in this cubin (a candidate that no longer reads it)
+        address, size = found
         dtype = storage_dtype(constant.dtype)
-        count = memory.mem.size // dtype.itemsize
-        values = cupy.empty(count, dtype=dtype)
-        plan = ArgumentPlan(constant.name, "input", constant.dtype, (count,))
+        values = cupy.empty(size // dtype.itemsize, dtype=dtype)
+        plan = ArgumentPlan(constant.name, "input", constant.dtype, (values.size,))
         fill_random(values, plan, zlib.crc32(constant.name.encode()))
-        memory.copy_from_device(values.data, count * dtype.itemsize)
+        cupy.cuda.runtime.memcpy(
+            address, values.data.ptr, values.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice
+        )
     cupy.cuda.runtime.deviceSynchronize()
+
+
+def _module_global(module: int, name: str) -> tuple[int, int] | None:
+    """(address, bytes) of a module's global, from the driver (CuPy's own lookup drops the size)."""
+    address, size = ctypes.c_uint64(), ctypes.c_size_t()
+    found = _driver().cuModuleGetGlobal_v2(
+        ctypes.byref(address), ctypes.byref(size), ctypes.c_void_p(module), name.encode()
+    )
+    return (address.value, size.value) if found == 0 else None
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    return ctypes.CDLL("libcuda.so.1")
 
 
 _MAX_DYNAMIC_SHARED = getattr(cupy.cuda.driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)

@@ -73,6 +73,20 @@ def test_compare_integers_exactly() -> None:
     failure = compare_output(actual, expected, Tolerance(0.0, 0.0), "int32")
     assert failure is not None and failure.bad_elements == 1 and failure.first_bad_index == (7,)
     assert "exactly" in failure.message
+    # a float output's tolerance written for the whole kernel leaves its integer outputs exact
+    assert compare_output(actual, expected, Tolerance(1e-3, 0.0), "int32") is not None
+
+
+def test_an_integer_output_is_compared_within_a_written_whole_unit() -> None:
+    """`tolerance = { q = { atol = 1 } }` on an int8 output (a rounding that may land on either neighbour)."""
+    expected = np.array([-128, -3, 0, 5, 127], dtype=np.int8)
+    actual = expected.copy()
+    actual[1] += 1  # -2 for -3
+    assert compare_output(actual, expected, Tolerance(1.0, 0.0), "int8") is None
+    actual[3] += 2
+    failure = compare_output(actual, expected, Tolerance(1.0, 0.0), "int8", argument="q")
+    assert failure is not None and failure.bad_elements == 1 and failure.first_bad_index == (3,)
+    assert "atol=1" in failure.message and "exactly" not in failure.message
 
 
 def test_compare_bfloat16_as_bit_patterns() -> None:

@@ -154,8 +154,12 @@ def exact_quotient(numerator: Form, denominator: Form) -> Form | None:
 
 
 def quotient(numerator: Form, denominator: Form, atoms: Atoms) -> Form:
-    """`numerator / denominator` (integer division): exact when every term divides, else an atom."""
+    """`numerator / denominator` (integer division): exact when every term divides, or both are numbers
+    (C truncates toward zero: `MASK_DIM / 2` is 3), else an atom."""
     d = denominator.value()
+    n = numerator.value()
+    if n is not None and d:
+        return Form.constant(abs(n) // abs(d) * (1 if (n < 0) == (d < 0) else -1))
     if d is not None and d != 0 and all(c % d == 0 for c in numerator.terms.values()):
         return Form({m: c // d for m, c in numerator.terms.items()})
     key = f"({numerator.text()}) / ({denominator.text()})"
@@ -166,6 +170,9 @@ def quotient(numerator: Form, denominator: Form, atoms: Atoms) -> Form:
 
 def remainder(numerator: Form, denominator: Form, atoms: Atoms) -> Form:
     d = denominator.value()
+    n = numerator.value()
+    if n is not None and d:  # C's sign: the numerator's
+        return Form.constant(abs(n) % abs(d) * (1 if n >= 0 else -1))
     if d is not None and d != 0 and all(c % d == 0 for c in numerator.terms.values()):
         return Form()
     key = f"({numerator.text()}) % ({denominator.text()})"

@@ -146,6 +146,9 @@ class Values:
     # builtins the launch fixes (a 1-D grid: blockIdx.y is 0, gridDim.y is 1), so that a block number made
     # one line of a 2-D grid (`blockIdx.x + blockIdx.y * gridDim.x`) reads as the 1-D one it is there
     fixed: Mapping[str, Form] = field(default_factory=dict)
+    # the file's `__constant__` arrays: read-only to every thread, so a read of one is a value (an opaque
+    # atom of its index) that work may move between threads with, not a load the analysis lost track of
+    constants: frozenset[str] = frozenset()
     _depth: int = 0
 
     def form(self, node: Node, scope: dict[str, Bound] | None = None) -> Form:
@@ -230,10 +233,17 @@ class Values:
     def _load(self, node: Node, scope: dict[str, Bound] | None) -> Form:
         place = self.subscript_place(node, scope)
         if place is None:
-            self._unmodelled(node)
+            if not self._constant_read(node, scope):
+                self._unmodelled(node)
             inputs = [self.form(c, scope) for c in node.named_children if c.type != "comment"]
             return self.atoms.opaque(text(node), inputs, memory=True)
         return self._loaded(node, place)
+
+    def _constant_read(self, node: Node, scope: dict[str, Bound] | None) -> bool:
+        """`mask[i * K + j]` of a `__constant__ float mask[...]` the kernel does not shadow."""
+        array = node.child_by_field_name("argument")
+        name = text(array) if array is not None and array.type == "identifier" else None
+        return name in self.constants and name not in (scope or {}) and name not in self.bindings
 
     def _unmodelled(self, node: Node) -> None:
         if self.on_unmodelled is not None:
