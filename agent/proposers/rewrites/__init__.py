@@ -29,6 +29,7 @@ from cuda_agent.agent.proposers.rewrites import (
     untile,
     vector_loop,
     warp_per_output,
+    window_tile,
     y_split,
 )
 from cuda_agent.agent.targets import KernelTarget
@@ -45,6 +46,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     row_blocks.PROPOSER: row_blocks.propose,
     swap_axes.PROPOSER: swap_axes.propose,
     transposed_tile.PROPOSER: transposed_tile.propose,
+    window_tile.PROPOSER: window_tile.propose,
     coarsen.PROPOSER: coarsen.propose,
     vector_loop.PROPOSER: vector_loop.propose,
     stride_loop.PROPOSER: stride_loop.propose,
