@@ -2,7 +2,8 @@
 (bench/kernels/*.cu); "outside", first drafts in the styles of public code: llm.c-style training
 kernels, PolyBench, course exercises, PyTorch extensions (bench/kernels/outside/*.cu); and "holdout", more
 of those written after the optimizer was built, kinds it was not tuned on, measured first as they came
-(bench/kernels/holdout/*.cu)."""
+(bench/kernels/holdout/*.cu; the second batch, added last, not yet measured: reduce_slides, sobel_edges,
+column_softmax, gelu_backward_bf16, conv2d_constant_mask)."""
 
 from __future__ import annotations
 
