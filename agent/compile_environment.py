@@ -130,14 +130,14 @@ def compile_in(
     the device side of the file (host functions left out), a PyTorch extension's without torch (module
     docstring). The environment's warnings come back among the diagnostics."""
     all_flags = _last_standard_only((*environment.compiler_flags(), *flags))
+    # the mask a host fills with cudaMemcpyToSymbol: filled by the sandbox instead of left at zero
+    constants = constant_inputs(source)
 
     def run(text: str, run_flags: Sequence[str], backend: Backend) -> CompileResult:
         result = compile_kernel(
             text, kernel, filename=filename, arch=arch, include_dirs=environment.include_dirs,
             flags=run_flags, backend=backend,
         )  # fmt: skip
-        # the mask a host fills with cudaMemcpyToSymbol: filled by the sandbox instead of left at zero
-        constants = constant_inputs(source)
         if result.kernel is None or not constants:
             return result
         return replace(result, kernel=replace(result.kernel, constants=constants))

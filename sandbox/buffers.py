@@ -379,6 +379,8 @@ class KernelModules:
 def fill_constants(module: Any, constants: tuple[ConstantInput, ...]) -> None:
     """Fill the module's `__constant__` inputs with values drawn from their names (normal(0, 1)): every
     module loaded, the original's and a candidate's, reads the same. One the cubin lacks is skipped."""
+    if not constants:
+        return
     for constant in constants:
         found = _module_global(module.ptr, constant.name)
         if found is None:

@@ -17,7 +17,7 @@ from tests.test_rewrite_warp_per_output import needs_compiler, shown
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 BLUR = KERNELS / "window" / "blur_u8.cu"
-CONVOLUTION = KERNELS / "constants" / "conv2d_mask.cu"
+CONVOLUTION = KERNELS.parent.parent / "bench" / "kernels" / "holdout" / "conv2d_constant_mask.cu"
 
 
 def target(path: Path, source: str | None = None) -> KernelTarget:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from cuda_agent.agent.analysis.constant_arrays import constant_arrays
 from cuda_agent.agent.analysis.facts import (
     FIND_FIRST,
     Access,
@@ -105,7 +106,7 @@ class _Walker:
             on_load=self._loaded,
             on_unmodelled=self.unmodelled.append,
             fixed=fixed_by_launch(spec.launch.grid) if spec is not None else {},
-            constants=_constant_arrays(self.tree.target.source),
+            constants=frozenset(a.name for a in constant_arrays(self.tree.target.source)),
         )
         self.mutable = assigned_names(self.tree.body)
         self.sequential = sequential_locals(self.tree.body, self.mutable)
@@ -523,12 +524,6 @@ def _is_index_type(declaration: Node) -> bool:
 
 
 _INDEX_DTYPES = frozenset({"int32", "uint32", "int64", "uint64"})
-
-
-def _constant_arrays(source: str) -> frozenset[str]:
-    from cuda_agent.agent.constant_inputs import constant_arrays  # it reads the analysis' values
-
-    return constant_arrays(source)
 
 
 def fixed_by_launch(grid: tuple[str, ...]) -> dict[str, Form]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
+from cuda_agent.agent.analysis.slot_tree import integer_value
 from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.memo import BoundedMemo
 from cuda_agent.agent.parsing import parse_cuda, walk
@@ -39,8 +40,7 @@ def _sized(target: KernelTarget) -> KernelTarget | None:
     tree = kernel_tree(target)
     if tree is None or any(text(n) == "__shared__" for n in walk(tree.body)):
         return None
-    widths = _widths(target)
-    widths.update({name: _number(node) for name, node in kernel_definitions(tree).constants.items()})
+    widths = _file_constants(target) | kernel_definitions(tree).constants
     edits: list[Edit] = []
     named: set[str] = set()
     for product in walk(tree.body):
@@ -50,7 +50,7 @@ def _sized(target: KernelTarget) -> KernelTarget | None:
         axis, operand = width
         at = "xyz".index(axis)
         extent = target.spec.launch.block[at] if at < len(target.spec.launch.block) else 1
-        value = _number(operand) if operand.type == "number_literal" else widths.get(text(operand))
+        value = integer_value(operand, widths)
         if extent <= 1 or value != extent:
             continue
         if operand.type == "identifier":
@@ -100,11 +100,11 @@ def _in_index(product: Node) -> bool:
     return any(c is not None and _SPACES.sub("", text(c)) == f"threadIdx.{found[0]}" for c in others)
 
 
-def _widths(target: KernelTarget) -> dict[str, int | None]:
-    """The file's `const int TILE = 16;` (`constexpr`, `static const`) at its top level, by name."""
-    found: dict[str, int | None] = {}
-    top = parse_cuda(target.source).root_node
-    for node in top.named_children:
+def _file_constants(target: KernelTarget) -> dict[str, Node]:
+    """The values of the file's top-level `const int TILE = 16;` (`constexpr`, `static const`), by name:
+    named widths as `#define`s are (`kernel_definitions`)."""
+    found: dict[str, Node] = {}
+    for node in parse_cuda(target.source).root_node.named_children:
         if node.type != "declaration" or not any(text(c) in ("const", "constexpr") for c in walk(node)):
             continue
         for declarator in node.children_by_field_name("declarator"):
@@ -113,11 +113,5 @@ def _widths(target: KernelTarget) -> dict[str, int | None]:
                 declarator.child_by_field_name("value"),
             )
             if declarator.type == "init_declarator" and name is not None and value is not None:
-                found[text(name)] = _number(value)
+                found[text(name)] = value
     return found
-
-
-def _number(node: Node) -> int | None:
-    """The node's value where it is a whole number (`16`, `(16)`, `16u`)."""
-    written = _SPACES.sub("", text(node)).rstrip("uUlL")
-    return int(written) if written.isdigit() else None

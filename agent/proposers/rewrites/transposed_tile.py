@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.facts import Access, ThreadIndex
 from cuda_agent.agent.analysis.forms import LANE, Form
-from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.parsing import ancestors
+from cuda_agent.agent.proposers.idioms._reads import path_conditions
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, bound_terms
 from cuda_agent.agent.proposers.tree import (
     KernelTree,
     build_candidate,
+    declared_names,
     element_type,
     identifiers,
     local_names,
@@ -40,18 +42,6 @@ PROPOSER = "rewrite:transposed-tile"
 TILE = 32  # a warp's width: a tile row is one coalesced load
 ROWS = 8  # threads along y: each runs TILE / ROWS outputs of the tile
 _BUILTINS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
-# What may lie between a transposed read and the bounds check: the staged element is loaded for every
-# output of the tile the check lets through, so the read must happen for every such output.
-_CONDITIONAL = frozenset(
-    {
-        "if_statement",
-        "conditional_expression",
-        "for_statement",
-        "while_statement",
-        "do_statement",
-        "switch_statement",
-    }
-)
 
 
 class _Unsupported(Exception):
@@ -62,6 +52,7 @@ class _Unsupported(Exception):
 class _Staged:
     """One transposed read: its text (in the kernel's row and col), the nodes that read it, its tile."""
 
+    array: str
     written: str
     nodes: tuple[Node, ...]
     tile: str
@@ -79,7 +70,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         body = _body(tree, facts, row, col, staged)
     except _Unsupported:
         return []
-    names = ", ".join(dict.fromkeys(s.written.split("[", 1)[0].strip() for s in staged))
+    names = ", ".join(dict.fromkeys(s.array for s in staged))
     return [
         build_candidate(
             tree,
@@ -130,42 +121,31 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[ThreadIndex, Threa
         element = element_type(tree.parameter(first.array))
         if element is None or not _placed_by(tree, first.node, {row.name, col.name}):
             raise _Unsupported(f"{first.array}: read through more than the row, the col and the sizes")
-        if any(_conditional(a.node, guard.statement) for a in accesses):
+        if any(_conditional(a, guard.statement, tree.body) for a in accesses):
             raise _Unsupported(f"{first.array}: read under a condition")
         tile = names[f"{first.array}_tile"]
-        staged.append(_Staged(tree.text(first.node), tuple(a.node for a in accesses), tile, element))
+        staged.append(
+            _Staged(first.array, tree.text(first.node), tuple(a.node for a in accesses), tile, element)
+        )
     return row, col, staged
 
 
 def _placed_by(tree: KernelTree, node: Node, indices: set[str]) -> bool:
     """Whether the read's place depends on the thread only through the indices: every name it reads is
-    one of them, a scalar parameter, or a macro (no other local, no builtin)."""
-    scalars = {p.name for p in tree.target.kernel.parameters if not p.is_pointer}
-    pointers = {p.name for p in tree.target.kernel.parameters if p.is_pointer}
-    locals_ = {text(n) for n in walk(tree.body) if n.type == "identifier" and n.parent is not None
-               and n.parent.type in ("init_declarator", "declaration")}  # fmt: skip
-    if any(b in tree.text(node) for b in _BUILTINS):
-        return False
-    return all(
-        name in indices or name in scalars or name in pointers or name not in locals_
-        for name in identifiers(node)
-    )
+    one of them or no local of the kernel (a parameter, a macro), and no builtin."""
+    locals_ = declared_names(tree.body, tree) - indices
+    return not any(b in tree.text(node) for b in _BUILTINS) and not identifiers(node) & locals_
 
 
-def _conditional(node: Node, guard: Node) -> bool:
-    parent = node.parent
-    while parent is not None and parent != guard:
-        if parent.type in _CONDITIONAL or (
-            parent.type == "binary_expression" and _operator(parent) in ("&&", "||")
-        ):
-            return True
-        parent = parent.parent
-    return False
-
-
-def _operator(node: Node) -> str:
-    operator = node.child_by_field_name("operator")
-    return text(operator) if operator is not None else ""
+def _conditional(access: Access, guard: Node, body: Node) -> bool:
+    """Whether the read is made only on some paths under the bounds check (an `if`, `?:`, `&&`, a loop
+    the analysis does not count, a `switch`)."""
+    try:
+        conditions = path_conditions(access.node, guard)
+    except ValueError:
+        return True
+    switched = any(n.type == "switch_statement" for n in ancestors(body, access.node))
+    return bool(conditions or access.loops or switched)
 
 
 def _launch(tree: KernelTree, facts: KernelFacts, row: ThreadIndex, col: ThreadIndex) -> LaunchSpec:

@@ -55,6 +55,7 @@ class _Window:
 
     array: str
     element: str
+    element_bytes: int
     stride: str
     rows: str  # the bound an element {r}, {c} must keep besides 0 <= c < stride
     reads: tuple[tuple[Node, Form, Form], ...]
@@ -77,7 +78,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
     candidates = []
     for block in BLOCKS:
         tiles = sum(
-            (block[1] + w.bottom - w.top) * (block[0] + w.right - w.left) * _bytes(w.element) for w in windows
+            (block[1] + w.bottom - w.top) * (block[0] + w.right - w.left) * w.element_bytes for w in windows
         )
         if tiles > SHARED_LIMIT:
             continue
@@ -108,10 +109,6 @@ def _grid(written: str, was: int, now: int, axis: str) -> str:
     return f"ceil_div(({written}) * {was}, {now})"
 
 
-def _bytes(element: str) -> int:
-    return {"double": 8, "float": 4, "int": 4, "half": 2, "__half": 2, "__nv_bfloat16": 2}.get(element, 1)
-
-
 def _windows(tree: KernelTree, facts: KernelFacts) -> list[_Window]:
     if facts.uses_shared or facts.barriers or facts.atomics or facts.thread_uses or facts.unmodelled:
         raise _Unsupported("shared memory, barriers, atomics, builtins or untracked loads in the body")
@@ -119,16 +116,18 @@ def _windows(tree: KernelTree, facts: KernelFacts) -> list[_Window]:
     if set(mapped) - {None} != {"x", "y"}:
         raise _Unsupported("not a thread per (row, col)")
     written = {a.array for a in facts.accesses if a.write}
-    # a variable two loops count differently has no one range
-    ranges = {loop.variable: _range(loop) for loop in facts.loops}
-    loops = {loop.variable: loop for loop in facts.loops if _range(loop) == ranges[loop.variable]}
+    # each counted loop variable's range of values; one two loops count differently has none
+    ranges: dict[str, tuple[int, int] | None] = {}
+    for loop in facts.loops:
+        counted = _range(loop)
+        ranges[loop.variable] = counted if ranges.get(loop.variable, counted) == counted else None
     by_array: dict[str, list[Access]] = {}
     for access in facts.accesses:
         if not access.write and access.array not in written:
             by_array.setdefault(access.array, []).append(access)
     windows = []
     for array, reads in by_array.items():
-        window = _window(tree, array, reads, loops)
+        window = _window(tree, array, reads, ranges)
         if window is not None:
             windows.append(window)
     if not windows:
@@ -136,7 +135,9 @@ def _windows(tree: KernelTree, facts: KernelFacts) -> list[_Window]:
     return windows
 
 
-def _window(tree: KernelTree, array: str, reads: list[Access], loops: dict[str, Loop]) -> _Window | None:
+def _window(
+    tree: KernelTree, array: str, reads: list[Access], ranges: dict[str, tuple[int, int] | None]
+) -> _Window | None:
     """The input's window, where every read of it is `(row + dr) * W + col + dc` and it spans more than
     the thread's own element; None otherwise (the input is left as it is)."""
     stride = reads[0].offset.coefficient("threadIdx.y")
@@ -146,41 +147,28 @@ def _window(tree: KernelTree, array: str, reads: list[Access], loops: dict[str, 
     if scale != 1 or len(factors) != 1:
         return None
     width = factors[0]
-    places = []
+    places, spans = [], []
     for read in reads:
-        offset = read.offset
-        row_part = Form(
-            {m[:i] + m[i + 1 :]: c for m, c in offset.terms.items() for i in [_at(m, width)] if i >= 0}
-        )
-        col_part = Form({m: c for m, c in offset.terms.items() if width not in m})
-        dr, dc = row_part - _ROW, col_part - _COL
-        if not (_ranged(dr, loops) and _ranged(dc, loops)):
+        row_part = read.offset.coefficient(width)  # the offset is row_part * W + col_part
+        if row_part is None:
+            return None
+        dr, dc = row_part - _ROW, read.offset.without(width) - _COL
+        row_span, col_span = _span(dr, ranges), _span(dc, ranges)
+        if row_span is None or col_span is None:
             return None
         places.append((read.node, dr, dc))
-    spans = [(_span(dr, loops), _span(dc, loops)) for _, dr, dc in places]
+        spans.append((row_span, col_span))
     top, bottom = min(s[0][0] for s in spans), max(s[0][1] for s in spans)
     left, right = min(s[1][0] for s in spans), max(s[1][1] for s in spans)
     if (top, bottom, left, right) == (0, 0, 0, 0) or bottom - top > MAX_HALO or right - left > MAX_HALO:
         return None
     element = element_type(tree.parameter(array))
     rows = _rows(tree, array, width)
-    if element is None or rows is None:
+    if element is None or rows is None or reads[0].element_bytes is None:
         return None
-    return _Window(array, element, width, rows, tuple(places), top, bottom, left, right)
-
-
-def _at(monomial: tuple[str, ...], atom: str) -> int:
-    return monomial.index(atom) if atom in monomial else -1
-
-
-def _ranged(form: Form, loops: dict[str, Loop]) -> bool:
-    """Whether the form is a sum of numbers and counted loops' variables with numeric ranges."""
-    for monomial in form.terms:
-        if len(monomial) > 1:
-            return False
-        if monomial and (monomial[0] not in loops or _range(loops[monomial[0]]) is None):
-            return False
-    return True
+    return _Window(
+        array, element, reads[0].element_bytes, width, rows, tuple(places), top, bottom, left, right
+    )
 
 
 def _range(loop: Loop) -> tuple[int, int] | None:
@@ -190,13 +178,18 @@ def _range(loop: Loop) -> tuple[int, int] | None:
     return start, start + (bound - 1 - start) // step * step
 
 
-def _span(form: Form, loops: dict[str, Loop]) -> tuple[int, int]:
+def _span(form: Form, ranges: dict[str, tuple[int, int] | None]) -> tuple[int, int] | None:
+    """The least and the greatest value of a sum of numbers and counted loops' variables; None where the
+    form is anything else."""
     low = high = 0
     for monomial, c in form.terms.items():
         if not monomial:
             low, high = low + c, high + c
             continue
-        first, last = _range(loops[monomial[0]])  # type: ignore[misc]
+        counted = ranges.get(monomial[0]) if len(monomial) == 1 else None
+        if counted is None:
+            return None
+        first, last = counted
         low, high = low + min(c * first, c * last), high + max(c * first, c * last)
     return low, high
 

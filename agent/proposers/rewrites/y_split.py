@@ -97,12 +97,11 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
     if any(a.write for a in inside):
         raise Unsupported("the loop stores")
     # a flat index's pieces (`c = idx % C`) as a warp sees them away from a row's edge
-    across = {id(a): a.piecewise_lane_stride(facts.atoms) for a in inside}
-    for access in inside:
-        stride = across[id(access)]
+    strides = [a.piecewise_lane_stride(facts.atoms) for a in inside]
+    for access, stride in zip(inside, strides, strict=True):
         if stride is None or stride.value() not in (0, 1):
             raise Unsupported(f"{access.array}: neighbouring threads do not read together")
-    if not any(across[id(a)] == Form.constant(1) for a in inside):
+    if Form.constant(1) not in strides:
         raise Unsupported("nothing the threads along x read together")
     for reduction in loop.reductions:
         check_initial(tree, loop, reduction)
