@@ -104,6 +104,38 @@ def test_atomic_reductions_become_one_atomic_per_block(
     assert candidate.launch is not None and candidate.launch.grid[0].startswith("min(")
 
 
+@needs_compiler
+@pytest.mark.parametrize(
+    ("value", "folded", "added"),
+    [
+        ("diff * diff / n", "acc += diff * diff;", "atomicAdd(sum, acc / n);"),
+        ("scale * diff", None, "atomicAdd(sum, acc);"),  # the factor on the left: left alone
+        ("diff * 0.5f", "acc += diff;", "atomicAdd(sum, acc * 0.5f);"),
+        ("diff / x[0]", "acc += diff / x[0];", "atomicAdd(sum, acc);"),  # a load: not a common factor
+    ],
+)
+def test_a_common_factor_of_the_sum_is_applied_once_a_block(
+    value: str, folded: str | None, added: str
+) -> None:
+    """An MSE's `diff * diff / n` divides every element: summed first, the block divides once."""
+    kernel = f"""__global__ void k(const float* x, float* sum, int n, float scale)
+{{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {{
+        float diff = x[i] - 1.0f;
+        atomicAdd(sum, {value});
+    }}
+}}"""
+    spec = SUM_SPEC.format(x="x", out="sum", n="n", dtype="float32").replace(
+        "[launch]", 'scale = { role = "scalar", dtype = "float32", value = 0.5 }\n[launch]'
+    )
+    (candidate,) = IDIOM_PROPOSERS["idiom:atomic-reduction"](_target(spec + kernel, "k"))
+    assert added in candidate.source
+    if folded is not None:
+        assert candidate.source.count(folded) == 2  # the unrolled steps and the rest
+    assert compile_kernel(device_source(candidate.source), "k").ok
+
+
 def test_per_element_atomics_are_not_a_single_address_reduction() -> None:
     per_element = (
         SUM_SPEC.format(x="x", out="sum", n="n", dtype="float32")

@@ -17,6 +17,7 @@ from cuda_agent.sandbox.compile import compile_kernel
 from tests.test_rewrite_warp_per_output import ARGMAX, GEMV, _target, body_of, needs_compiler, shown
 
 OUTSIDE = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "outside"
+COLUMN_SOFTMAX = OUTSIDE.parent / "holdout" / "column_softmax.cu"
 
 
 def gemv_transposed() -> KernelTarget:
@@ -75,6 +76,49 @@ def test_not_offered_for_row_walks_or_loops_that_store(kernel: str) -> None:
     assert y_split.propose(_target(kernel, "gemv")) == []
 
 
+def column_softmax(source: str | None = None) -> KernelTarget:
+    (target,) = load_targets(COLUMN_SOFTMAX, source).targets
+    return target
+
+
+@needs_compiler
+def test_a_column_softmaxs_three_passes_are_each_split_and_their_results_shared() -> None:
+    """The maximum, then the sum against it, then the stores: after each reduction thread y = 0 merges
+    and writes the column's value back, so every thread runs the next pass with it."""
+    candidates = y_split.propose(column_softmax())
+    assert [c.launch.block for c in candidates if c.launch] == [(32, 8), (32, 32), (16, 64)]
+    body = body_of(candidates[0], "softmax_dim0")
+    assert "m_partial[0][threadIdx.x] = m;" in body and "m = m_partial[0][threadIdx.x];" in body
+    assert "s_partial[0][threadIdx.x] = s;" in body and "s = s_partial[0][threadIdx.x];" in body
+    assert body.count("y[r * cols + c] = expf(x[r * cols + c] - m) / s;") == 2  # unrolled, then the rest
+    assert body.index("m = m_partial[0]") < body.index("float s = 0.0f;") < body.index("s_partial[0][")
+    assert "threadIdx.y == 0) {\n        y[" not in body  # the stores are split too, not left to y = 0
+    for candidate in candidates:
+        assert compile_kernel(device_source(candidate.source), "softmax_dim0").ok
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (("float s = 0.0f;", "float s = x[c];"), "a statement between the passes reads an array"),
+        (
+            ("y[r * cols + c] = expf(", "y[c] = expf("),
+            "a store every iteration makes to the same place",
+        ),
+        (
+            ("s += expf(x[r * cols + c] - m);", "s += expf(x[r * cols + c] - m); y[c] = s;"),
+            "a reduction pass that stores",
+        ),
+    ],
+)
+def test_passes_not_split_where_a_thread_along_y_could_not_run_them(
+    change: tuple[str, str], why: str
+) -> None:
+    source = COLUMN_SOFTMAX.read_text()
+    assert change[0] in source
+    assert y_split.propose(column_softmax(source.replace(*change))) == [], why
+
+
 @pytest.mark.gpu
 def test_the_split_column_walk_verifies_and_is_faster_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
@@ -84,5 +128,11 @@ def test_the_split_column_walk_verifies_and_is_faster_on_the_gpu() -> None:
         baseline = engine.baseline(target)
         assert baseline.usable, baseline.error
         results = engine.evaluate(baseline, y_split.propose(target))
-    seen = shown(baseline.target, results)
-    assert all(r.verified for r in results) and any(r.status == "faster" for r in results), seen
+        seen = shown(baseline.target, results)
+        assert all(r.verified for r in results) and any(r.status == "faster" for r in results), seen
+        softmax = column_softmax()
+        baseline = engine.baseline(softmax)
+        assert baseline.usable, baseline.error
+        results = engine.evaluate(baseline, y_split.propose(softmax))
+        seen = shown(baseline.target, results)
+        assert all(r.verified for r in results) and any(r.status == "faster" for r in results), seen

@@ -28,6 +28,7 @@ from cuda_agent.agent.proposers.tree import (
     local_names,
     strip_parens,
     untemplated_kernel_tree,
+    walk,
 )
 from cuda_agent.agent.spec import LaunchSpec
 from cuda_agent.agent.targets import KernelTarget
@@ -105,7 +106,11 @@ def _body(tree: KernelTree, loop: ElementLoop, element: str, identity: str, slot
         n["partial"] = slots
     acc = n["acc"]
     value = tree.text(loop.value)
+    total = acc  # what the block adds: the sum, or the sum scaled once by a common factor
     if loop.function == "atomicAdd":
+        scaled = _common_factor(tree, loop, element)
+        if scaled is not None:  # `diff * diff / n` summed, then divided once a block
+            value, total = scaled[0], f"{acc} {scaled[1]} {scaled[2]}"
         fold, combine = f"{acc} += {value}", f"{acc} += {{shuffled}};"
     else:
         op = "max" if loop.function == "atomicMax" else "min"
@@ -129,6 +134,29 @@ def _body(tree: KernelTree, loop: ElementLoop, element: str, identity: str, slot
     if ({n["warp"]} == 0) {{
         {acc} = {n["lane"]} < (blockDim.x + 31) / 32 ? {n["partial"]}[{n["lane"]}] : {identity};
         {warp_reduce}
-        if ({n["lane"]} == 0) {loop.function}({tree.text(loop.address)}, {acc});
+        if ({n["lane"]} == 0) {loop.function}({tree.text(loop.address)}, {total});
     }}
 }}"""
+
+
+def _common_factor(tree: KernelTree, loop: ElementLoop, element: str) -> tuple[str, str, str] | None:
+    """(term, operator, factor) for a floating-point element `term / factor` or `term * factor` whose
+    factor is the same for every element (parameters and literals): the sum of the terms is scaled once
+    instead of every term (a division an element, in an MSE's `diff * diff / n`)."""
+    if element not in ("float", "double"):
+        return None  # integer division does not distribute over a sum
+    value = strip_parens(loop.value)
+    operator = value.child_by_field_name("operator")
+    left, right = value.child_by_field_name("left"), value.child_by_field_name("right")
+    if value.type != "binary_expression" or operator is None or left is None or right is None:
+        return None
+    if operator.type not in ("/", "*"):
+        return None
+    parameters = {p.name for p in tree.target.kernel.parameters if not p.is_pointer}
+    if any(n.type in ("call_expression", "subscript_expression") for n in walk(right)):
+        return None
+    if not identifiers(right) <= parameters or identifiers(right) & {loop.index}:
+        return None
+    if operator.type == "/" and not identifiers(left):
+        return None  # `1.0f / n` would sum nothing
+    return tree.text(left), operator.type, tree.text(right)

@@ -333,7 +333,18 @@ def _is_identity(fill: Node, function: str, element: str, tree: KernelTree) -> b
 # -- the tree loop -------------------------------------------------------------------------------------
 
 
-def _tree_loop(node: Node, names: _Names, block: int, tree: KernelTree) -> str | None:
+def log_step_tree(
+    node: Node, shared: str, threads: frozenset[str], block: int, tree: KernelTree
+) -> str | None:
+    """SUM, MAX or MIN for a log-step loop combining the shared array `shared` in place (its result in slot
+    0), the thread index `threadIdx.x` or one of `threads`; floating-point maxima (`fmaxf`) included."""
+    names = _Names(shared, "", None, threads, "", "")
+    return _tree_loop(node, names, block, tree, float_combines=True)
+
+
+def _tree_loop(
+    node: Node, names: _Names, block: int, tree: KernelTree, *, float_combines: bool = False
+) -> str | None:
     """SUM, MAX or MIN for the log-step loop that leaves the block's result in slot 0, else None."""
     if node.type != "for_statement":
         return None
@@ -358,7 +369,7 @@ def _tree_loop(node: Node, names: _Names, block: int, tree: KernelTree) -> str |
     guard, combine, alternative = _if_parts(inside[0])
     if guard is None or combine is None or alternative is not None:
         return None
-    kind = _combine(_single(combine), step, names, tree)
+    kind = _combine(_single(combine), step, names, tree, float_combines)
     if kind is None:
         return None
     scaled = _scaled(update, step, tree)
@@ -369,8 +380,11 @@ def _tree_loop(node: Node, names: _Names, block: int, tree: KernelTree) -> str |
     return None
 
 
-def _combine(statement: Node | None, step: str, names: _Names, tree: KernelTree) -> str | None:
-    """`a[t] += a[t + s]`, `a[t] = a[t] + a[t + s]` (SUM), `a[t] = max(a[t], a[t + s])` (MAX/MIN)."""
+def _combine(
+    statement: Node | None, step: str, names: _Names, tree: KernelTree, float_combines: bool
+) -> str | None:
+    """`a[t] += a[t + s]`, `a[t] = a[t] + a[t + s]` (SUM), `a[t] = max(a[t], a[t + s])` (MAX/MIN, and
+    `fmaxf`/`fminf` with `float_combines`)."""
     assignment = _assignment(statement)
     if assignment is None or not _is_slot(assignment[0], names, tree, offset=None):
         return None
@@ -386,7 +400,8 @@ def _combine(statement: Node | None, step: str, names: _Names, tree: KernelTree)
     if value.type == "call_expression":
         function = tree.text(value.child_by_field_name("function") or value)
         # atomicMax/atomicMin are integer operations: fmaxf and friends would round large integers.
-        if function in ("max", "min") and _own_and_partner(list(arguments(value)), step, names, tree):
+        allowed = COMBINERS if float_combines else ("max", "min")
+        if function in allowed and _own_and_partner(list(arguments(value)), step, names, tree):
             return COMBINERS[function]
     return None
 

@@ -23,6 +23,7 @@ from cuda_agent.agent.proposers.rewrites import (
     row_registers,
     row_stage,
     shared_loop,
+    shuffle_tree,
     stride_loop,
     swap_axes,
     transposed_tile,
@@ -62,6 +63,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     fuse_passes.PROPOSER: fuse_passes.propose,
     max_then_sum.PROPOSER: max_then_sum.propose,
     block_coarsen.PROPOSER: block_coarsen.propose,
+    shuffle_tree.PROPOSER: shuffle_tree.propose,
 }
 
 __all__ = ["REWRITE_PROPOSERS"]

@@ -56,16 +56,20 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     tree, facts = found
     try:
-        outputs, loop = _recognise(tree, facts)
+        outputs, loops = _recognise(tree, facts)
+        loop = loops[0]
+        passes = f"the loop over {loop.variable}" if len(loops) == 1 else f"each of the {len(loops)} loops"
         return [
             build_candidate(
                 tree,
-                body=_body(tree, facts, loop, width, height),
+                body=_body(tree, facts, loop, width, height)
+                if len(loops) == 1
+                else _passes_body(tree, facts, loops, width, height),
                 launch=LaunchSpec(block=(width, height), grid=(f"ceil_div({outputs}, {width})", "1")),
-                description=f"{width} outputs a block, the loop over {loop.variable} split across {height} "
+                description=f"{width} outputs a block, {passes} split across {height} "
                 "threads along y, partial results merged through shared memory",
                 proposer=PROPOSER,
-                assumptions=_assumptions(tree, loop),
+                assumptions=tuple(a for each in loops for a in _assumptions(tree, each)),
             )
             for width, height in SHAPES
         ]
@@ -73,7 +77,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
 
 
-def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
+def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, list[Loop]]:
     guard = facts.guard
     launch = tree.target.spec.launch if tree.target.spec else None
     if guard is None or launch is None:
@@ -86,29 +90,38 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[str, Loop]:
     if len(mapped) != 1 or mapped[0].axis != "x" or guard.bound_of(mapped[0].name) is None:
         raise Unsupported("not one bounded global index along x")
     loops = [loop for loop in facts.loops if loop.depth == 0]
-    if len(loops) != 1 or len(facts.loops) != 1:
-        raise Unsupported("not exactly one loop")
-    (loop,) = loops
-    if not loop.independent or not loop.reductions or loop.step.value() != 1:
-        raise Unsupported("not a reduction loop with independent unit steps")
-    if any(r.combine == FIND_FIRST for r in loop.reductions):
-        raise Unsupported("a search, whose lanes stop at their own finds")
-    inside = facts.accesses_in(loop)
-    if any(a.write for a in inside):
-        raise Unsupported("the loop stores")
+    if not loops or len(facts.loops) != len(loops):
+        raise Unsupported("no loop, or a nested one")
+    # a pass that stores (`y[r * cols + c] = ...`) may come last, after reductions it reads
+    *reducing, last = loops
+    storing = last if not last.reductions and any(a.write for a in facts.accesses_in(last)) else None
+    for loop in reducing if storing is not None else loops:
+        if not loop.independent or not loop.reductions or loop.step.value() != 1:
+            raise Unsupported("not a reduction loop with independent unit steps")
+        if any(r.combine == FIND_FIRST for r in loop.reductions):
+            raise Unsupported("a search, whose lanes stop at their own finds")
+        if any(a.write for a in facts.accesses_in(loop)):
+            raise Unsupported("the loop stores")
+        for reduction in loop.reductions:
+            check_initial(tree, loop, reduction)
+    if storing is not None and (not storing.independent or storing.step.value() != 1 or not reducing):
+        raise Unsupported("the storing pass has dependent iterations, or no reduction before it")
+    inside = [a for loop in loops for a in facts.accesses_in(loop)]
     # a flat index's pieces (`c = idx % C`) as a warp sees them away from a row's edge
     strides = [a.piecewise_lane_stride(facts.atoms) for a in inside]
     for access, stride in zip(inside, strides, strict=True):
         if stride is None or stride.value() not in (0, 1):
             raise Unsupported(f"{access.array}: neighbouring threads do not read together")
+        if access.write and (
+            stride != Form.constant(1) or access.stride(storing.variable) in (None, Form.constant(0))
+        ):
+            raise Unsupported(f"{access.array}: a store the threads along y would share")
     if Form.constant(1) not in strides:
         raise Unsupported("nothing the threads along x read together")
-    for reduction in loop.reductions:
-        check_initial(tree, loop, reduction)
     bound = guard.bound_of(mapped[0].name)
     assert bound is not None
     try:
-        return bound_terms(tree, bound.bound)[1], loop
+        return bound_terms(tree, bound.bound)[1], loops
     except NotInSizes as exc:
         raise Unsupported(str(exc)) from exc
 
@@ -124,26 +137,30 @@ def _assumptions(tree: KernelTree, loop: Loop) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, width: int, height: int) -> str:
-    """The kernel's statements in order, the bounds check as a flag: the loop for in-range outputs, the
-    merge for every thread, then the statements after the loop for thread y = 0 of in-range outputs."""
+def _guarded(tree: KernelTree, facts: KernelFacts) -> tuple[list[str], str, list[Node]]:
+    """(the statements before the bounds check, the check as a flag true in range, the statements it
+    guards), for `if (i >= n) return; ...` and `if (i < n) { ... }` alike."""
     guard = facts.guard
     assert guard is not None
-    unit = tree.indent_unit()
-    names = local_names(tree, "inside", "other", "other_at", "other_sum", "joint", "partial", "y")
     top = [s for s in tree.body.named_children if s.type != "comment"]
     position = next(n for n, s in enumerate(top) if s == guard.statement)
-    before = [tree.text(s) for s in top[:position]]
     condition = guard.statement.child_by_field_name("condition")
     assert condition is not None and condition.named_children
     written = tree.text(condition.named_children[0])
-    flag = f"!({written})" if guard.early_return else written
+    before = [tree.text(s) for s in top[:position]]
     if guard.early_return:
-        inner = top[position + 1 :]
-    else:
-        consequence = guard.statement.child_by_field_name("consequence")
-        assert consequence is not None
-        inner = [s for s in consequence.named_children if s.type != "comment"]
+        return before, f"!({written})", top[position + 1 :]
+    consequence = guard.statement.child_by_field_name("consequence")
+    assert consequence is not None
+    return before, written, [s for s in consequence.named_children if s.type != "comment"]
+
+
+def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, width: int, height: int) -> str:
+    """The kernel's statements in order, the bounds check as a flag: the loop for in-range outputs, the
+    merge for every thread, then the statements after the loop for thread y = 0 of in-range outputs."""
+    unit = tree.indent_unit()
+    names = local_names(tree, "inside", "other", "other_at", "other_sum", "joint", "partial", "y")
+    before, flag, inner = _guarded(tree, facts)
     at = next((n for n, s in enumerate(inner) if s == loop.node), None)
     if at is None:
         raise Unsupported("the loop is not under the bounds check")
@@ -169,6 +186,53 @@ def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, width: int, height: 
     lines.append("}")
     indent = unit
     return "{\n" + "\n".join(indent + line if line else "" for line in "\n".join(lines).split("\n")) + "\n}"
+
+
+def _passes_body(tree: KernelTree, facts: KernelFacts, loops: list[Loop], width: int, height: int) -> str:
+    """Several passes over the same outputs (a maximum, then a sum against it, then the stores): each
+    loop split along y for in-range outputs; after a reduction thread y = 0 merges the partial results
+    and shares them back through shared memory, so every thread runs the next pass with the output's
+    values. The statements between the loops run in every thread (they touch no array); those after a
+    last reduction, in thread y = 0 of in-range outputs."""
+    unit = tree.indent_unit()
+    names = local_names(tree, "inside", "other", "other_at", "other_sum", "joint", "partial", "y")
+    before, flag, inner = _guarded(tree, facts)
+    at = [next((n for n, s in enumerate(inner) if s == loop.node), None) for loop in loops]
+    if None in at:
+        raise Unsupported("a loop is not directly under the bounds check")
+    ends = [*(n for n in at if n is not None), len(inner)]
+    lines = [*before, f"const bool {names['inside']} = {flag};"]
+    for statement in inner[: ends[0]] + [
+        s for k in range(1, len(loops)) for s in inner[ends[k - 1] + 1 : ends[k]]
+    ]:
+        _check_safe_everywhere(tree, facts, statement)
+    for k, loop in enumerate(loops):
+        lines += [tree.text(s) for s in inner[(ends[k - 1] + 1 if k else 0) : ends[k]]]
+        lines.append(f"if ({names['inside']}) {{")
+        lines += [unit + line for line in _split_loop(tree, loop).split("\n")]
+        lines.append("}")
+        if loop.reductions:
+            lines += _merged(tree, loop, names, width, height, shared_back=k + 1 < len(loops))
+    after = [tree.text(s) for s in inner[ends[-2] + 1 :]]
+    if after:
+        if not loops[-1].reductions:
+            raise Unsupported("statements after the storing pass")
+        lines += [f"if ({names['inside']} && threadIdx.y == 0) {{", *(unit + a for a in after), "}"]
+    return "{\n" + "\n".join(unit + line if line else "" for line in "\n".join(lines).split("\n")) + "\n}"
+
+
+def _check_safe_everywhere(tree: KernelTree, facts: KernelFacts, statement: Node) -> None:
+    """A statement between the passes runs in out-of-range threads too: it may declare and compute, but
+    touch no array and call nothing that could."""
+    span = (statement.start_byte, statement.end_byte)
+    if any(span[0] <= a.node.start_byte < span[1] for a in facts.accesses):
+        raise Unsupported("a statement between the loops touches an array")
+    if statement.type not in ("declaration", "expression_statement"):
+        raise Unsupported("a statement between the loops that is not a declaration or an assignment")
+    if any(
+        n.type in ("subscript_expression", "pointer_expression", "return_statement") for n in walk(statement)
+    ):
+        raise Unsupported("a statement between the loops reads through a pointer")
 
 
 def _split_loop(tree: KernelTree, loop: Loop) -> str:
@@ -253,8 +317,11 @@ def _upper_bound(tree: KernelTree, condition: Node, variable: str) -> bool:
     return False
 
 
-def _merged(tree: KernelTree, loop: Loop, names: dict[str, str], width: int, height: int) -> list[str]:
-    """Each thread's partial results through shared memory; thread y = 0 merges them in order."""
+def _merged(
+    tree: KernelTree, loop: Loop, names: dict[str, str], width: int, height: int, *, shared_back: bool = False
+) -> list[str]:
+    """Each thread's partial results through shared memory; thread y = 0 merges them in order (and with
+    `shared_back`, writes them back for every thread to read)."""
     unit = tree.indent_unit()
     lines = ["// the threads along y hold partial results: thread y = 0 merges them in order", "{"]
     merges: list[tuple[list[tuple[str, str, str]], list[str]]] = []
@@ -280,5 +347,16 @@ def _merged(tree: KernelTree, loop: Loop, names: dict[str, str], width: int, hei
             lines.append(f"{deep}{other_kind} {other} = {accumulator}_{names['partial']}[{y}][threadIdx.x];")
         lines += [f"{deep}{line}" for line in merging]
         lines.append(f"{unit * 3}}}")
-    lines += [f"{unit}{unit}}}", f"{unit}}}", "}"]
+    lines.append(f"{unit}{unit}}}")
+    if shared_back:
+        for others, _ in merges:
+            for _, _, accumulator in others:
+                lines.append(f"{unit}{unit}{accumulator}_{names['partial']}[0][threadIdx.x] = {accumulator};")
+    lines.append(f"{unit}}}")
+    if shared_back:
+        lines.append(f"{unit}__syncthreads();  // the merged values, for every thread's next pass")
+        for others, _ in merges:
+            for _, _, accumulator in others:
+                lines.append(f"{unit}{accumulator} = {accumulator}_{names['partial']}[0][threadIdx.x];")
+    lines.append("}")
     return lines
