@@ -7,12 +7,15 @@ compile; the gpu-marked test checks the results and the gain on the H200."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cuda_agent.agent.analysis.slot_tree import run_steps
 from cuda_agent.agent.analysis.values import file_definitions
 from cuda_agent.agent.device_source import device_source
 from cuda_agent.agent.parsing import parse_cuda
 from cuda_agent.agent.proposers.rewrites import block_to_loop, vector_loop, warp_per_output
+from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
 
 from tests.test_rewrite_promote import chained, outside, then
@@ -213,15 +216,46 @@ def test_running_the_steps_finds_the_whole_blocks_combine_or_refuses() -> None:
     assert run_tree("int s = 1; while (s > 0) { s = 1; }", 4) is None
 
 
+SLIDES = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "holdout" / "reduce_slides.cu"
+
+
+def slides() -> KernelTarget:
+    (target,) = load_targets(SLIDES).targets
+    return target
+
+
+@needs_compiler
+def test_a_kernel_that_cannot_count_its_blocks_gets_a_warp_for_each_on_the_same_grid() -> None:
+    """`reduce0(g_idata, g_odata)` launched on `n // 256` blocks has no `n`: no thread could tell the last
+    block, so the grid stays and each block is one warp whose lanes step through the 256 values."""
+    (candidate,) = block_to_loop.propose(slides())
+    assert candidate.launch is not None
+    assert candidate.launch.block == (32,) and candidate.launch.grid == ("n // 256",)
+    body = body_of(candidate, "reduce0")
+    assert "int block = blockIdx.x;" in body and "if (block >=" not in body
+    assert "for (int t = threadIdx.x; t < 256; t += blockDim.x) {" in body
+    assert "block_sum += __shfl_down_sync(0xffffffffu, block_sum, offset);" in body
+    assert "g_odata[block] = block_sum;" in body
+    (vectors,) = chained(slides(), candidate, vector_loop.PROPOSER)  # then 16-byte loads
+    for each in (candidate, vectors):
+        assert compile_kernel(device_source(each.source), "reduce0").ok
+
+
 @pytest.mark.gpu
 def test_the_blocks_loop_split_across_warps_verifies_and_beats_the_originals_on_the_gpu() -> None:
     from cuda_agent.agent.engine import Engine, EngineSettings
 
     with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
-        for target in (outside("sumsq_blocks"), _target(SPEC + HALVING, "partial_sums")):
+        for target in (outside("sumsq_blocks"), _target(SPEC + HALVING, "partial_sums"), slides()):
             baseline = engine.baseline(target)
             assert baseline.usable, baseline.error
             (serial,) = block_to_loop.propose(target)
+            if target.kernel.name == "reduce0":  # a warp a block already: only the 16-byte loads follow
+                results = engine.evaluate(baseline, [serial, *chained(target, serial, vector_loop.PROPOSER)])
+                seen = shown(baseline.target, results)
+                assert results and all(r.verified for r in results), seen
+                assert max(r.speedup or 0 for r in results) > 2.0, seen
+                continue
             warps = chained(target, serial, warp_per_output.PROPOSER)
             vectors = [c for w in warps[:2] for c in chained(target, w, vector_loop.PROPOSER)]
             results = engine.evaluate(baseline, [serial, *warps, *vectors])

@@ -523,6 +523,18 @@ def test_fast_math_not_for_kernels_without_approximated_math() -> None:
     assert target is not None and propose_flags(target) == []
 
 
+def test_fast_math_for_half_outputs_whose_math_is_widened_to_float() -> None:
+    """A bf16 GELU backward computes in float (tanhf, coshf): fast math applies within bf16's tolerance."""
+    path = ROOT / "bench" / "kernels" / "holdout" / "gelu_backward_bf16.cu"
+    (target,) = load_targets(path).targets
+    [candidate] = propose_flags(target)
+    assert candidate.flags == ("--use_fast_math",)
+    assert_compiles(target, candidate)
+    only_cosh = target.source.replace("tanhf(tanh_arg)", "0.0f")
+    (target,) = load_targets(path, only_cosh).targets
+    assert len(propose_flags(target)) == 1  # coshf alone is approximated too
+
+
 # -- every transform on every example ------------------------------------------------------------------
 
 

@@ -123,9 +123,13 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
     combine = _combine(tree, facts, after, shared, threads, block)
     grid_spec = re.sub(r"\bblock\.x\b", str(block), launch.grid[0])
     try:
-        blocks = in_kernel_terms(tree, grid_spec)
+        blocks: str | None = in_kernel_terms(tree, grid_spec)
     except NotInSizes as exc:
-        raise _Unsupported(str(exc)) from exc
+        # The kernel cannot count the original blocks (`reduce0(const float* in, float* out)`, its grid
+        # `n // 256`): the grid stays, each block now one warp doing what the original block did.
+        if combine.loop is not None:
+            raise _Unsupported(str(exc)) from exc
+        blocks = None
     text = _body(tree, first, shared, stores, combine, threads, block, blocks)
     if combine.loop is not None:
         how = "one after another, in thread 0's loop"
@@ -136,6 +140,18 @@ def _rewrite(tree: KernelTree, facts: KernelFacts, launch: LaunchSpec) -> Candid
         assumptions = (
             f"the block's values in {shared.name} are added in order instead of pairwise (rounding differs "
             "within the spec's tolerance)",
+        )
+    if blocks is None:
+        return build_candidate(
+            tree,
+            body=text,
+            launch=LaunchSpec(block=(32,), grid=(grid_spec,)),
+            description=(
+                f"a warp for each block of {block}: its lanes compute the values the block's threads "
+                f"stored in {shared.name} and take their {combine.combine} by warp shuffles"
+            ),
+            proposer=PROPOSER,
+            assumptions=assumptions,
         )
     return build_candidate(
         tree,
@@ -363,9 +379,11 @@ def _body(
     combine: _Combine,
     threads: set[str],
     block: int,
-    blocks: str,
+    blocks: str | None,
 ) -> str:
-    names = local_names(tree, "block", "t", "slot", f"block_{combine.combine}")
+    """The rewritten body: a thread for each original block, or with `blocks` None (the kernel cannot
+    count them) a warp for each, the grid unchanged."""
+    names = local_names(tree, "block", "t", "slot", f"block_{combine.combine}", "offset")
     taken = combine.solo.child_by_field_name("consequence")
     assert taken is not None
     solo_statements = statements(taken) if taken.type == "compound_statement" else [taken]
@@ -382,7 +400,11 @@ def _body(
     clashing = (declared - {s for u in uniform for s in declared_names(u, tree)}) & (used_by_solo | {thread})
     renames = dict(zip(sorted(clashing), _fresh(tree, sorted(clashing)), strict=True))
     unit = tree.indent_unit()
-    common = {"blockIdx.x": names["block"], "blockDim.x": str(block), "gridDim.x": f"({blocks})"}
+    common = {
+        "blockIdx.x": names["block"],
+        "blockDim.x": str(block),
+        "gridDim.x": f"({blocks or 'gridDim.x'})",
+    }
 
     def as_written(node: Node, replacements: dict[str, str], slot_value: str | None = None) -> str:
         def substitute(child: Node) -> str | None:
@@ -412,14 +434,22 @@ def _body(
     lines += [reindent(as_written(s, in_loop), tree.indent_at(s.start_byte), "") for s in per_thread]
     value_lines = "\n".join(reindent(line, "", inner_indent) for line in lines)
     zero = {**common, **{name: "0" for name in threads if name != "threadIdx.x"}, "threadIdx.x": "0"}
-    out = [
-        "{",
-        f"{unit}// A thread for each block of the original launch ({block} threads a block): it computes",
-        f"{unit}// the values that block's threads stored in {shared.name} one after another, and",
-        f"{unit}// combines them as the block did.",
-        f"{unit}int {names['block']} = blockIdx.x * blockDim.x + threadIdx.x;",
-        f"{unit}if ({names['block']} >= {blocks}) return;",
-    ]
+    if blocks is None:
+        out = [
+            "{",
+            f"{unit}// A warp for each block of the original launch ({block} threads a block): its lanes",
+            f"{unit}// compute the values that block's threads stored in {shared.name}, then combine them.",
+            f"{unit}int {names['block']} = blockIdx.x;",
+        ]
+    else:
+        out = [
+            "{",
+            f"{unit}// A thread for each block of the original launch ({block} threads a block): it computes",
+            f"{unit}// the values that block's threads stored in {shared.name} one after another, and",
+            f"{unit}// combines them as the block did.",
+            f"{unit}int {names['block']} = blockIdx.x * blockDim.x + threadIdx.x;",
+            f"{unit}if ({names['block']} >= {blocks}) return;",
+        ]
     out += [reindent(as_written(s, common), tree.indent_at(s.start_byte), unit) for s in uniform]
     if combine.loop is None:
         acc = names[f"block_{combine.combine}"]
@@ -427,13 +457,23 @@ def _body(
         if identity is None:
             raise _Unsupported(f"no identity of {combine.combine} for {shared.element}")
         fold = _FOLDS[combine.combine].format(acc=acc, combiner=combine.combiner, value=names["slot"])
+        # (a warp a block: blockDim.x is 32, the lanes stepping past each other)
+        start, step = ("threadIdx.x", f"{thread} += blockDim.x") if blocks is None else ("0", f"++{thread}")
         out += [
             f"{unit}{shared.element} {acc} = {identity};",
-            f"{unit}for (int {thread} = 0; {thread} < {block}; ++{thread}) {{",
+            f"{unit}for (int {thread} = {start}; {thread} < {block}; {step}) {{",
             value_lines,
             f"{unit}{unit}{fold}",
             f"{unit}}}",
         ]
+        if blocks is None:
+            offset = names["offset"]
+            shuffled = f"__shfl_down_sync(0xffffffffu, {acc}, {offset})"
+            combined = _FOLDS[combine.combine].format(acc=acc, combiner=combine.combiner, value=shuffled)
+            out += [
+                f"{unit}for (int {offset} = 16; {offset} > 0; {offset} >>= 1) {combined}",
+                f"{unit}if (threadIdx.x != 0) return;  // lane 0 holds the block's {combine.combine}",
+            ]
         solo_text = [as_written(s, zero, slot_value=acc) for s in solo_statements]
     else:
         loop = combine.loop

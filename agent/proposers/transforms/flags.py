@@ -36,6 +36,10 @@ _MATH = frozenset(
         "tanf",
         "sincosf",
         "tanhf",
+        "coshf",
+        "sinhf",
+        "atanf",
+        "atan2f",
         "sqrtf",
         "rsqrtf",
         "erff",
@@ -55,11 +59,12 @@ def propose_flags(target: KernelTarget) -> list[Candidate]:
     spec = target.spec
     if tree is None or spec is None or not spec.outputs:
         return []
-    if any(a.dtype != "float32" for a in spec.outputs):
-        return []  # half types already use their own intrinsics; doubles are unaffected
+    # doubles are unaffected; halves are worth it where the kernel widens them to float for its math
+    if any(a.dtype not in ("float32", "float16", "bfloat16") for a in spec.outputs):
+        return []
     for output in spec.outputs:
         written = spec.output_tolerances.get(output.name) or spec.tolerance
-        rtol = written.rtol if written and written.rtol is not None else DEFAULT_TOLERANCE["float32"][1]
+        rtol = written.rtol if written and written.rtol is not None else DEFAULT_TOLERANCE[output.dtype][1]
         if rtol < MIN_RTOL:
             return []
     if not any(_approximated(tree.text(n), n.type) for n in walk_with_comments(tree.body)):
