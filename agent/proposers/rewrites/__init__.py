@@ -31,6 +31,7 @@ from cuda_agent.agent.proposers.rewrites import (
     vector_loop,
     warp_per_output,
     window_tile,
+    word_spans,
     y_split,
 )
 from cuda_agent.agent.targets import KernelTarget
@@ -49,6 +50,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     transposed_tile.PROPOSER: transposed_tile.propose,
     window_tile.PROPOSER: window_tile.propose,
     coarsen.PROPOSER: coarsen.propose,
+    word_spans.PROPOSER: word_spans.propose,
     vector_loop.PROPOSER: vector_loop.propose,
     stride_loop.PROPOSER: stride_loop.propose,
     promote.PROPOSER: promote.propose,
