@@ -61,6 +61,9 @@ def test_four_pixels_a_thread_move_12_bytes_of_rgb_and_4_of_grey_as_words() -> N
     assert "int col = (blockIdx.x * blockDim.x + threadIdx.x) * 4;" in body
     assert "alignas(4) unsigned char rgb_span[12];" in body and "for (int w_ = 0; w_ < 3; ++w_)" in body
     assert "unsigned char g = rgb_span[3 * f + 1];" in body
+    assert (
+        "reinterpret_cast<const unsigned int*>(rgb + (3*width*row) + 3 * col)[w_]" in body
+    )  # the row's start
     assert "gray_span[1 * f + 0] = 0.21f * r + 0.71f * g + 0.07f * b;" in body
     # the row's last pixels, or a row start not on a word: the statements as written, pixel by pixel
     assert "for (int f = 0; f < 4 && (col + f) < width; ++f) {" in body

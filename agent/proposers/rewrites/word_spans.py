@@ -193,7 +193,7 @@ def _edits(
         return [reindent(tree.substituted(s, substitute), tree.indent_at(s.start_byte), depth) for s in work]
 
     def place(span: _Span) -> str:
-        rest = span.rest.text()
+        rest = _spelled(span.rest, facts, before=work[0].start_byte)
         start = f"{span.lanes} * {x.name}" if span.lanes > 1 else x.name
         return f"{span.array} + {start}" if rest == "0" else f"{span.array} + ({rest}) + {start}"
 
@@ -264,3 +264,20 @@ def _guarded_statements(tree: KernelTree, facts: KernelFacts) -> list[Node]:
     if not rest:
         raise _Unsupported("nothing guarded")
     return rest
+
+
+def _spelled(rest: Form, facts: KernelFacts, before: int) -> str:
+    """The row's start in the user's names where it is a multiple of a y or z index declared before the
+    work (`3*width*row`), else as the analysis wrote it out (builtins and parameters)."""
+    for index in facts.indices:
+        if not index.direct or index.axis not in ("y", "z") or index.declaration.start_byte >= before:
+            continue
+        factor = rest.coefficient(f"threadIdx.{index.axis}")
+        if factor is None or not factor.terms:
+            continue
+        remainder = rest - factor * index.form
+        if any(atom.endswith(f".{index.axis}") for atom in remainder.atoms()):
+            continue
+        scaled = index.name if factor.value() == 1 else f"{factor.text()}*{index.name}"
+        return scaled if not remainder.terms else f"{scaled} + {remainder.text()}"
+    return rest.text()
