@@ -75,8 +75,9 @@ def test_four_pixels_a_thread_move_12_bytes_of_rgb_and_4_of_grey_as_words() -> N
 
 @needs_compiler
 def test_a_complex_values_two_floats_are_one_8_byte_access_or_four_values_two_16_byte_ones() -> None:
-    candidate, four = word_spans.propose(_target(COMPLEX, "rotate"))
-    assert candidate.launch is None  # the launch as written
+    target = _target(COMPLEX, "rotate")
+    candidate, four = word_spans.propose(target)
+    assert target.spec is not None and candidate.launch == target.spec.launch  # the launch as written
     assert four.launch is not None and four.launch.grid == ("ceil_div(n, 4 * block.x)",)
     assert "for (int w_ = 0; w_ < 2; ++w_)" in body_of(four, "rotate")  # 32 bytes: two 16-byte words
     body = body_of(candidate, "rotate")

@@ -24,7 +24,8 @@ from cuda_agent.agent.proposers.transforms.grid_stride import coarsened_grid
 from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
-    candidate_from,
+    apply_to_body,
+    build_candidate,
     line_indent,
     local_names,
     reindent,
@@ -78,17 +79,16 @@ def propose(target: KernelTarget) -> list[Candidate]:
         if any(s.bytes(pixels) > MAX_SPAN for s in spans):
             continue
         launch = target.spec.launch
-        source = tree.apply_to_file(_edits(tree, facts, x, spans, pixels))
+        if pixels > 1:
+            launch = replace(launch, grid=(coarsened_grid(launch.grid[0], pixels), *launch.grid[1:]))
         candidates.append(
-            candidate_from(
-                target,
-                source,
+            build_candidate(  # the launch is written into the spec with the others' (optimize.py)
+                tree,
+                body=apply_to_body(tree, _edits(tree, facts, x, spans, pixels)),
+                launch=launch,
                 description=f"{pixels} values of {x.name} a thread, each array's span for them loaded and "
                 f"stored as whole words ({', '.join(f'{s.array}: {s.bytes(pixels)} bytes' for s in spans)})",
                 proposer=PROPOSER,
-                launch=replace(launch, grid=(coarsened_grid(launch.grid[0], pixels), *launch.grid[1:]))
-                if pixels > 1
-                else launch,
             )
         )
     return candidates
