@@ -3,9 +3,10 @@ code we did not write, on CPU. For every kernel of the .cu/.cuh files under PATH
 repository, say): whether it gets a spec (written, or inferred, and why not), which analysis-driven
 rewrites and idioms (with --all: every offline proposer, the transforms and launch tuning too) the first
 round offers (chains included), any proposer that raised (a bug: a proposer declines, it never raises),
-the slowest proposer calls, and with --compile whether each first-round candidate compiles with nvcc
-where the original does. Prints the figures and the failures; exits 1 when a proposer raised or a
-candidate broke a compiling original.
+the slowest proposer calls, whether each candidate's file reads back (its spec intact, with the launch
+the candidate runs), and with --compile whether each first-round candidate compiles with nvcc where the
+original does. Prints the figures and the failures; exits 1 when a proposer raised or a candidate broke
+its file or a compiling original.
 
 With --second-round, a later round as the search makes it, every proposer counted as one that helped: on
 each of a kernel's first `SECOND_ROUND_BASES` analysis-driven candidates, every follow-up proposer,
@@ -80,6 +81,7 @@ def sweep(
             candidates = _first_round_of(found, target, proposers)
             if second_round:
                 candidates += _second_round_of(found, target, candidates)
+            _check_reads_back(found, target, candidates)
             if compile_candidates:
                 _compile_each(found, target, candidates, arch)
     return found
@@ -124,6 +126,22 @@ def _second_round_of(found: Sweep, target: KernelTarget, first: list[Candidate])
             combined += [combine(base, step, base_target, target) for step in steps]
     found.combined += len(combined)
     return combined
+
+
+def _check_reads_back(found: Sweep, target: KernelTarget, candidates: list[Candidate]) -> None:
+    """Each candidate's file, as the user would get it applied, must read back: the kernel found, its spec
+    without errors, and (for a written spec) the launch the candidate was verified with."""
+    where = f"{target.path}:{target.kernel.name}"
+    for candidate in candidates:
+        again = load_targets(target.path, candidate.source)
+        rewritten = again.find(target.kernel.name)
+        if again.spec_errors or rewritten is None or rewritten.spec is None:
+            why = again.spec_errors[0].message if again.spec_errors else "the kernel or its spec is gone"
+            found.broke.append(f"{where}: {candidate.proposer}: its file does not read back: {why}")
+        elif candidate.launch is not None and not target.spec.inferred:  # type: ignore[union-attr]
+            launch = rewritten.spec.launch
+            if (launch.block, launch.grid) != (candidate.launch.block, candidate.launch.grid):
+                found.broke.append(f"{where}: {candidate.proposer}: its file reads back another launch")
 
 
 def _compile_each(found: Sweep, target: KernelTarget, candidates: list[Candidate], arch: str) -> None:

@@ -4,7 +4,13 @@ checks the first round's candidates with nvcc."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
+from cuda_agent.agent.optimize import PROPOSERS
+from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.targets import KernelTarget
 
 from bench.sweep_bench import main, sweep
 from tests.test_rewrite_warp_per_output import needs_compiler
@@ -59,3 +65,25 @@ def test_the_second_round_is_made_on_the_rewrites_files_and_compiles(tmp_path: P
     printed = capsys.readouterr().out
     assert f"second-round candidates on the first analysis-driven ones: {found.combined}" in printed
     assert "broken where the original compiles: 0" in printed
+
+
+def test_a_candidate_whose_file_does_not_read_back_is_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rewrite that spoils the spec it writes (a launch written twice over a grid of another length), or
+    whose file says another launch than the one it ran with, breaks the user's file: the sweep says so."""
+    (tmp_path / "bias_relu.cu").write_text((ROOT / "bench" / "kernels" / "bias_relu_fp16.cu").read_text())
+    assert not sweep([tmp_path]).broke  # every real proposer's files read back
+
+    def spoiled(target: KernelTarget) -> list:  # type: ignore[type-arg]
+        (candidate,) = PROPOSERS["rewrite:word-spans"](target)[:1]
+        candidate = replace(candidate, proposer="rewrite:spoiled")
+        grid = 'grid = ["ceil_div(cols, 2 * block.x)", "ceil_div(rows, block.y)"]'
+        wrong = replace(candidate, launch=LaunchSpec(block=(64, 4), grid=candidate.launch.grid))  # type: ignore[union-attr]
+        return [replace(candidate, source=candidate.source.replace(grid, grid + 'y)"]')), wrong]
+
+    monkeypatch.setitem(PROPOSERS, "rewrite:spoiled", spoiled)
+    broke = sweep([tmp_path]).broke
+    assert len(broke) == 2, broke
+    assert "rewrite:spoiled: its file does not read back: TOML syntax error" in broke[0]
+    assert broke[1].endswith("rewrite:spoiled: its file reads back another launch")
