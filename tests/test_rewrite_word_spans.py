@@ -97,6 +97,17 @@ def test_a_complex_values_two_floats_are_one_8_byte_access_or_four_values_two_16
         ),
         ("gray[grayOffset] =", "gray[grayOffset * 2] =", "a store with a gap"),
         ("gray[grayOffset] = 0.21f", "if (r > 9) gray[grayOffset] = 0.21f", "a store under a condition"),
+        ("gray[grayOffset] = 0.21f", "if (r > 9) { gray[grayOffset] = 0.21f", "a store in a block under one"),
+        (
+            "unsigned char r = rgb[rgbOffset];",
+            "if (col == 7) return;\n unsigned char r = rgb[rgbOffset];",
+            "a return",
+        ),
+        (
+            "int row = blockIdx.y",
+            "int half = col / 2;\n    int row = blockIdx.y",
+            "a local from the index, unused",
+        ),
         (
             "int rgbOffset = grayOffset * CHANNELS;",
             "int rgbOffset = (col * height + row) * CHANNELS;",
@@ -107,7 +118,15 @@ def test_a_complex_values_two_floats_are_one_8_byte_access_or_four_values_two_16
 def test_no_word_spans_where_a_pixels_elements_are_not_one_span(old: str, new: str, why: str) -> None:
     source = RGB.read_text()
     assert old in source
-    assert word_spans.propose(rgb(source.replace(old, new))) == [], why
+    changed = source.replace(old, new)
+    if "{ gray" in changed:
+        changed = changed.replace("0.07f * b;", "0.07f * b; }")
+    if "half" in changed:  # read in the work, it would hold the first pixel's value for all four
+        assert len(word_spans.propose(rgb(changed))) == 2, why
+        changed = changed.replace(
+            "int grayOffset = row * width + col;", "int grayOffset = row * width + col + 0 * half;"
+        )
+    assert word_spans.propose(rgb(changed)) == [], why
 
 
 def test_whole_floats_a_thread_are_left_to_the_vector_transforms() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cuda_agent.agent.analysis import KernelFacts, analysed
+from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
 from cuda_agent.agent.analysis.facts import Access, ThreadIndex
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.candidates import Candidate
@@ -26,9 +26,12 @@ from cuda_agent.agent.proposers.tree import (
     KernelTree,
     apply_to_body,
     build_candidate,
+    declared_names,
+    identifiers,
     line_indent,
     local_names,
     reindent,
+    walk,
 )
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
@@ -102,16 +105,38 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[ThreadIndex, list[
     if guard is None or len(mapped) != 1 or guard.bound_of(mapped[0].name) is None:
         raise _Unsupported("not one bounded thread index along x")
     (x,) = mapped
+    work = _guarded_statements(tree, facts)
+    _check_per_pixel(tree, x, work)
     by_array: dict[str, list[Access]] = {}
     for access in facts.accesses:
         by_array.setdefault(access.array, []).append(access)
-    spans = [_span(tree, x, array, accesses) for array, accesses in by_array.items()]
+    spans = [_span(tree, x, array, accesses, work) for array, accesses in by_array.items()]
     if not any(s.written for s in spans):
         raise _Unsupported("nothing stored")
     return x, spans
 
 
-def _span(tree: KernelTree, x: ThreadIndex, array: str, accesses: list[Access]) -> _Span:
+def _check_per_pixel(tree: KernelTree, x: ThreadIndex, work: list[Node]) -> None:
+    """The work must be what one pixel does, run again for each: nothing leaves it early, it does not move
+    the index, and no local computed from the index before it (which would hold the first pixel's value
+    for all F) is read in it."""
+    for statement in work:
+        for node in walk(statement):
+            if node.type in ("return_statement", "break_statement", "continue_statement", "goto_statement"):
+                raise _Unsupported("the work leaves early")
+    if any(x.name in assigned_names(statement) for statement in work):
+        raise _Unsupported("the work moves the index")
+    used = {name for statement in work for name in identifiers(statement)}
+    for statement in tree.body.named_children:
+        if statement.start_byte >= work[0].start_byte:
+            break
+        if statement.type != "declaration" or statement == x.declaration:
+            continue
+        if x.name in identifiers(statement) and set(declared_names(statement, tree)) & used:
+            raise _Unsupported("a local computed from the index before the work is read in it")
+
+
+def _span(tree: KernelTree, x: ThreadIndex, array: str, accesses: list[Access], work: list[Node]) -> _Span:
     parameter = tree.parameter(array)
     sizes = {a.element_bytes for a in accesses}
     if parameter is None or parameter.pointer_depth != 1 or len(sizes) != 1 or None in sizes:
@@ -128,7 +153,7 @@ def _span(tree: KernelTree, x: ThreadIndex, array: str, accesses: list[Access]) 
     if any(k is None for k in ks) or set(ks) != set(range(a)):
         raise _Unsupported(f"{array}: the pixel's elements are not 0 to a - 1 past one place")
     written = any(access.write for access in accesses)
-    if written and any(access.read or not _plain_store(tree, access.node) for access in accesses):
+    if written and any(access.read or not _plain_store(access.node, work) for access in accesses):
         raise _Unsupported(f"{array}: read as well as written, or stored otherwise than by `=`")
     if written and len(ks) != len(set(ks)):
         raise _Unsupported(f"{array}: an element stored twice")
@@ -138,23 +163,13 @@ def _span(tree: KernelTree, x: ThreadIndex, array: str, accesses: list[Access]) 
     return _Span(array, parameter.type, a, base, size, written, places)
 
 
-def _plain_store(tree: KernelTree, node: Node) -> bool:
-    """`p[...] = value;` as a statement of its own, not under a condition."""
+def _plain_store(node: Node, work: list[Node]) -> bool:
+    """`p[...] = value;` as a statement of the work itself, not under a condition."""
     assignment = node.parent
     if assignment is None or assignment.type != "assignment_expression":
         return False
     operator = assignment.child_by_field_name("operator")
-    statement = assignment.parent
-    return (
-        operator is not None
-        and operator.type == "="
-        and statement is not None
-        and statement.type == "expression_statement"
-        and statement.parent is not None
-        and statement.parent.type == "compound_statement"
-        and statement.parent.parent is not None
-        and statement.parent.parent.type in ("if_statement", "function_definition")
-    )
+    return operator is not None and operator.type == "=" and assignment.parent in work
 
 
 def _edits(
