@@ -55,6 +55,7 @@ class Sweep:
     slow: list[tuple[float, str]] = field(default_factory=list)
     compiled: int = 0
     combined: int = 0  # with --second-round: candidates made on a first-round candidate's file
+    uninferred: int = 0  # candidates of a kernel with an inferred spec whose file infers none any more
 
 
 def sweep(
@@ -130,15 +131,23 @@ def _second_round_of(found: Sweep, target: KernelTarget, first: list[Candidate])
 
 def _check_reads_back(found: Sweep, target: KernelTarget, candidates: list[Candidate]) -> None:
     """Each candidate's file, as the user would get it applied, must read back: the kernel found, its spec
-    without errors, and (for a written spec) the launch the candidate was verified with."""
+    without errors, and (for a written spec) the launch the candidate was verified with. A kernel whose
+    spec was inferred may no longer infer one from the rewritten body: counted, not a failure (the file is
+    right; the next save asks for a spec)."""
     where = f"{target.path}:{target.kernel.name}"
+    assert target.spec is not None
     for candidate in candidates:
         again = load_targets(target.path, candidate.source)
         rewritten = again.find(target.kernel.name)
-        if again.spec_errors or rewritten is None or rewritten.spec is None:
-            why = again.spec_errors[0].message if again.spec_errors else "the kernel or its spec is gone"
+        if again.spec_errors or rewritten is None:
+            why = again.spec_errors[0].message if again.spec_errors else "the kernel is gone"
             found.broke.append(f"{where}: {candidate.proposer}: its file does not read back: {why}")
-        elif candidate.launch is not None and not target.spec.inferred:  # type: ignore[union-attr]
+        elif rewritten.spec is None:
+            if not target.spec.inferred:
+                found.broke.append(f"{where}: {candidate.proposer}: its file lost the kernel's spec")
+            else:
+                found.uninferred += 1
+        elif candidate.launch is not None and not target.spec.inferred:
             launch = rewritten.spec.launch
             if (launch.block, launch.grid) != (candidate.launch.block, candidate.launch.grid):
                 found.broke.append(f"{where}: {candidate.proposer}: its file reads back another launch")
@@ -198,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {count:4d}  {reason}")
     if arguments.second_round:
         print(f"second-round candidates on the first analysis-driven ones: {found.combined}")
+    print(f"candidates of inferred-spec kernels whose files infer no spec any more: {found.uninferred}")
     if arguments.compile:
         print(
             f"candidates compiled: {found.compiled}; broken where the original compiles: {len(found.broke)}"
