@@ -19,7 +19,7 @@ from cuda_agent.agent.proposers.idioms import IDIOM_PROPOSERS
 from cuda_agent.agent.proposers.launch_config import propose_launch_configs
 from cuda_agent.agent.proposers.rewrites import REWRITE_PROPOSERS
 from cuda_agent.agent.proposers.transforms import TRANSFORMS
-from cuda_agent.agent.rewrite import write_launch
+from cuda_agent.agent.rewrite import with_inferred_spec_kept, write_launch
 from cuda_agent.agent.sanitizer_gate import SanitizerGate
 from cuda_agent.agent.search import SearchBudget, SearchOutcome, best_of, run_search
 from cuda_agent.agent.targets import KernelTarget
@@ -39,6 +39,11 @@ def _launch_written(
             if candidate.launch is not None:
                 sites = write_launch(target, candidate.launch, candidate.source)
                 candidate = replace(candidate, source=sites.text, notes=sites.notes)
+            if target.spec is not None and target.spec.inferred:
+                kept = with_inferred_spec_kept(
+                    target, candidate.source, candidate.launch or target.spec.launch
+                )
+                candidate = replace(candidate, source=kept)
             written.append(candidate)
         return written
 

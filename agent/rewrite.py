@@ -11,7 +11,7 @@ from cuda_agent.agent.kernels import Span
 from cuda_agent.agent.launch_sites import SitesWritten, write_launch_sites
 from cuda_agent.agent.spec import KernelSpec, LaunchSpec, render_spec
 from cuda_agent.agent.spec.elsewhere import Neighbours
-from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.agent.targets import KernelTarget, load_targets
 
 
 def _block_text(block: tuple[int, ...]) -> str:
@@ -67,6 +67,20 @@ def write_launch(target: KernelTarget, launch: LaunchSpec, source: str | None = 
         note = f"{', '.join(elsewhere)} also launch it, unchanged: launch it there with block {block}"
         written = replace(written, notes=(*written.notes, note))
     return written
+
+
+def with_inferred_spec_kept(target: KernelTarget, source: str, launch: LaunchSpec) -> str:
+    """`source` (the kernel rewritten) with the target's inferred spec written out above the kernel when
+    the rewritten file no longer infers one (a block macro turned into blockDim, a loop the inference does
+    not follow): applied, the file must still say what the kernel computes and how it is launched."""
+    assert target.spec is not None
+    if not target.spec.inferred:
+        return source
+    again = load_targets(target.path, source).find(target.kernel.name)
+    if again is None or again.spec is not None:
+        return source
+    spec = render_spec(replace(target.spec, launch=launch))
+    return replace_span(source, _empty_span_at(again.kernel.span), spec + "\n")
 
 
 def _spec_edits(old_spec: KernelSpec, launch: LaunchSpec) -> list[tuple[Span, str]]:

@@ -57,3 +57,22 @@ def test_candidates_reread_with_their_launch_and_compile(path: Path) -> None:
                     assert result.ok, (name, [d.message for d in result.errors])
                 checked += 1
     assert checked > 0
+
+
+def test_a_rewrite_that_the_inference_no_longer_reads_keeps_the_inferred_spec(tmp_path: Path) -> None:
+    """A kernel without a spec comment, its spec inferred (a strided element-wise loop over three sizes):
+    its 16-byte-vector rewrite is beyond the inference, so the candidate's file carries the spec it was
+    verified with, written out above the kernel; applied, the file still says what the kernel computes."""
+    path = tmp_path / "affine.cu"
+    path.write_text(
+        "__global__ void affine_strided(int n, int first, float* y, int step, const float* x)\n{\n"
+        "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)\n"
+        "        if (i >= first && i % step == 0)\n            y[i] = 2.0f * x[i] + 1.0f;\n}\n"
+    )
+    (target,) = load_targets(path).targets
+    assert target.spec is not None and target.spec.inferred
+    (candidate,) = PROPOSERS["rewrite:vector-loop"](target)
+    assert candidate.source.index("/* cuda-agent") < candidate.source.index("__global__ void affine_strided")
+    again = load_targets(path, candidate.source).find("affine_strided")
+    assert again is not None and again.spec is not None and not again.spec.inferred
+    assert again.spec.launch == target.spec.launch and again.spec.arguments == target.spec.arguments
