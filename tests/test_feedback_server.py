@@ -151,7 +151,13 @@ async def test_every_candidate_the_servers_search_evaluates_is_a_sample_in_the_w
         return [r for r in found if r.get("kind") == "candidate" and r["original"]["file_text"] == text]
 
     found = await wait_until(lambda: [s for s in samples() if s["status"] == "faster"], 5.0, "samples")
-    (best,) = [s for s in found if s["candidate"]["description"].startswith("block 256 ")]
+    # the block-256 candidate alone (a slower machine's search may reach a later round that combines it)
+    (best,) = [
+        s
+        for s in found
+        if s["candidate"]["description"].startswith("block 256 ")
+        and " + " not in s["candidate"]["description"]
+    ]
     assert best["measurement"]["speedup"] == 0.0832 / 0.0653 and best["verified"]
     everything = samples()
     assert {s["original"]["kernel"] for s in everything} == {"saxpy"}
