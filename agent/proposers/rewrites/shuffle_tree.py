@@ -17,16 +17,16 @@ tolerance); maxima and minima give the same value.
 
 from __future__ import annotations
 
-from cuda_agent.agent.analysis import assigned_names
+from cuda_agent.agent.analysis import analysed, assigned_names
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.idioms.block_reduction import log_step_tree
+from cuda_agent.agent.proposers.rewrites.shared_loop import thread_zero_names
 from cuda_agent.agent.proposers.tree import (
     SUM,
     Edit,
     KernelTree,
     candidate_from,
     identifiers,
-    kernel_tree,
     line_indent,
     shared_arrays,
     strip_parens,
@@ -48,15 +48,16 @@ _BLOCK_UNIFORM = frozenset({"blockIdx", "blockDim", "gridDim"})
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
-    tree = kernel_tree(target)
+    found = analysed(target)
     spec = target.spec
-    if tree is None or spec is None or len(spec.launch.block) != 1:
+    if found is None or spec is None or len(spec.launch.block) != 1:
         return []
+    tree, facts = found
     block = spec.launch.block[0]
     if block < 32 or block > 1024 or block & (block - 1):
         return []
     arrays = {name: kind.replace("volatile", "").strip() for name, kind in shared_arrays(tree).items()}
-    threads = _thread_locals(tree)
+    threads = frozenset(thread_zero_names(facts) - {"threadIdx.x"})
     trees: list[tuple[Node, str, str]] = []  # (loop, array, kind)
     for node in walk(tree.body):
         if node.type != "for_statement":
@@ -92,19 +93,6 @@ def propose(target: KernelTarget) -> list[Candidate]:
             ),
         )
     ]
-
-
-def _thread_locals(tree: KernelTree) -> frozenset[str]:
-    """Locals declared as `threadIdx.x` (`int tid = threadIdx.x;`) and never assigned again."""
-    names: set[str] = set()
-    for node in walk(tree.body):
-        if node.type != "init_declarator":
-            continue
-        name, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
-        is_local = name is not None and name.type == "identifier"
-        if is_local and value is not None and _is_thread_x(tree, value):
-            names.add(tree.text(name))
-    return frozenset(names - assigned_names(tree.body))
 
 
 def _is_thread_x(tree: KernelTree, node: Node) -> bool:

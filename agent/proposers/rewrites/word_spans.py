@@ -71,7 +71,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     tree, facts = found
     try:
-        x, spans = _recognise(tree, facts)
+        x, spans, work = _recognise(tree, facts)
     except _Unsupported:
         return []
     first = next(f for f in (1, 2, 4, 8, 16) if all(s.bytes(f) % 4 == 0 for s in spans))
@@ -87,7 +87,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         candidates.append(
             build_candidate(  # the launch is written into the spec with the others' (optimize.py)
                 tree,
-                body=apply_to_body(tree, _edits(tree, facts, x, spans, pixels)),
+                body=apply_to_body(tree, _edits(tree, facts, x, spans, work, pixels)),
                 launch=launch,
                 description=f"{pixels} values of {x.name} a thread, each array's span for them loaded and "
                 f"stored as whole words ({', '.join(f'{s.array}: {s.bytes(pixels)} bytes' for s in spans)})",
@@ -97,7 +97,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
     return candidates
 
 
-def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[ThreadIndex, list[_Span]]:
+def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[ThreadIndex, list[_Span], list[Node]]:
     if facts.loops or facts.uses_shared or facts.barriers or facts.atomics or facts.unmodelled:
         raise _Unsupported("loops, shared memory, barriers or atomics")
     guard = facts.guard
@@ -113,7 +113,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> tuple[ThreadIndex, list[
     spans = [_span(tree, x, array, accesses, work) for array, accesses in by_array.items()]
     if not any(s.written for s in spans):
         raise _Unsupported("nothing stored")
-    return x, spans
+    return x, spans, work
 
 
 def _check_per_pixel(tree: KernelTree, x: ThreadIndex, work: list[Node]) -> None:
@@ -173,13 +173,12 @@ def _plain_store(node: Node, work: list[Node]) -> bool:
 
 
 def _edits(
-    tree: KernelTree, facts: KernelFacts, x: ThreadIndex, spans: list[_Span], pixels: int
+    tree: KernelTree, facts: KernelFacts, x: ThreadIndex, spans: list[_Span], work: list[Node], pixels: int
 ) -> list[Edit]:
     guard = facts.guard
     assert guard is not None
     bound = guard.bound_of(x.name)
     assert bound is not None
-    work = _guarded_statements(tree, facts)
     unit = tree.indent_unit()
     indent = line_indent(tree, work[0])
     names = local_names(tree, "f", "aligned", *(f"{s.array}_span" for s in spans))
