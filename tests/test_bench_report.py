@@ -17,6 +17,7 @@ from bench.report import (
     result_stem,
     rich_table,
     summarize,
+    summary_lines,
     to_json,
     to_markdown,
     write,
@@ -52,6 +53,16 @@ def test_summary_counts_unimproved_kernels_as_one_and_never() -> None:
     assert (summary.at_least_torch_compile, summary.with_torch_compile) == (1, 3)
     assert summary.median_first_improvement_s == 6.0  # of 2, 6 and never
     assert summarize(RESULTS[2:]).median_first_improvement_s == math.inf
+
+
+def test_a_kernel_two_percent_behind_torch_compile_ties_but_is_not_counted_as_faster() -> None:
+    close = summarize(
+        [result("copy", 2.0, 1.0, torch_compile_ms=0.98), result("far", 2.0, 1.0, torch_compile_ms=0.9)]
+    )
+    assert (close.at_least_torch_compile, close.within_tie_of_torch_compile) == (0, 1)
+    assert "as fast as or faster than torch.compile: 0 of 2 (1 within 3%, the timing noise)" in summary_lines(
+        close, 10
+    )
 
 
 def test_markdown_has_the_table_and_the_summary() -> None:
