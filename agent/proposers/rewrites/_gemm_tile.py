@@ -147,13 +147,30 @@ class Contraction:
     # A^T`, SYRK's and a Gram matrix's), rows and cols one bound. `vector_tiles` then computes the tiles on
     # and above the diagonal only and runs the user's statements at both places.
     mirror: bool = False
+    # What a (row, k) and a (col, k) element add to the sum: PRODUCT, or their SQUARED_DIFFERENCE or
+    # ABSOLUTE_DIFFERENCE (pairwise distances: the same tiles, another step in the registers).
+    combine: str = "product"
+
+
+PRODUCT, SQUARED_DIFFERENCE, ABSOLUTE_DIFFERENCE = "product", "squared difference", "absolute difference"
+
+
+def accumulated(combine: str, a: str, b: str, accum: str) -> str:
+    """The statement adding a row element `a` and a col element `b` into `accum`, for the combine."""
+    if combine == SQUARED_DIFFERENCE:
+        return f"{accum} = fmaf({a} - {b}, {a} - {b}, {accum});"
+    if combine == ABSOLUTE_DIFFERENCE:
+        return f"{accum} += fabsf({a} - {b});"
+    return f"{accum} = fmaf({a}, {b}, {accum});"
 
 
 def description(contraction: Contraction, shape: Shape) -> str:
     tile_m, tile_n = shape.tile
     per_thread = f"{4 * shape.quads_m}x{4 * shape.quads_n} outputs per thread in registers"
+    # a distance's sum of differences is a contraction with another step: say which
+    kind = "contraction " if contraction.combine == PRODUCT else f"sum of {contraction.combine}s "
     if not shape.vector:
-        return f"tiled contraction over {contraction.k}: {tile_m}x{tile_n} shared-memory tiles, {per_thread}"
+        return f"tiled {kind}over {contraction.k}: {tile_m}x{tile_n} shared-memory tiles, {per_thread}"
     vectors = (contraction.a.vector_at is not None, contraction.b.vector_at is not None)
     loads = {
         (True, True): ", float4 loads of both factors where aligned",
@@ -169,7 +186,7 @@ def description(contraction: Contraction, shape: Shape) -> str:
         else ""
     )
     return (
-        f"tiled contraction over {contraction.k}: {tile_m}x{tile_n}x{shape.depth} tiles{loads}, "
+        f"tiled {kind}over {contraction.k}: {tile_m}x{tile_n}x{shape.depth} tiles{loads}, "
         f"{per_thread}{split}, stored through shared memory{skipped}"
     )
 
@@ -354,7 +371,7 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
             for (int {i} = 0; {i} < 4 * {quads_m}; ++{i})
                 #pragma unroll
                 for (int {n["j"]} = 0; {n["j"]} < 4 * {quads_n}; ++{n["j"]})
-                    {n["accum"]}[{i}][{n["j"]}] = fmaf({n["a_frag"]}[{i}], {n["b_frag"]}[{n["j"]}], {n["accum"]}[{i}][{n["j"]}]);
+                    {accumulated(match.combine, f"{n['a_frag']}[{i}]", f"{n['b_frag']}[{n['j']}]", f"{n['accum']}[{i}][{n['j']}]")}
         }}
         // The other buffer was last read before the previous barrier, so it is free to fill now.
         if ({n["t"]} + 1 < {n["tiles"]}) {{
@@ -433,6 +450,8 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     def loads(k0: str, pad: str) -> str:
         return "\n".join(_load(side, x.depth, k0, n, pad) for side in sides)
 
+    step = accumulated(x.combine, f"{n['a_frag']}[{i}]", f"{n['b_frag']}[{j}]", f"{accum}[{i}][{j}]")
+
     def stores(into: str, pad: str) -> str:
         return "\n".join(_store(side, into, n, pad) for side in sides)
 
@@ -473,7 +492,7 @@ def vector_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
                 for (int {i} = 0; {i} < {4 * quads_m}; ++{i})
                     #pragma unroll
                     for (int {j} = 0; {j} < {4 * quads_n}; ++{j})
-                        {accum}[{i}][{j}] = fmaf({n["a_frag"]}[{i}], {n["b_frag"]}[{j}], {accum}[{i}][{j}]);
+                        {step}
             }}
             // The other buffer was last read before the previous barrier, so it is free to fill now.
             if ({t} + 1 < {steps}) {{

@@ -32,7 +32,10 @@ from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
 from cuda_agent.agent.proposers.rewrites._combine import declared_type
 from cuda_agent.agent.proposers.rewrites._gemm_tile import (
+    ABSOLUTE_DIFFERENCE,
+    PRODUCT,
     SPLIT_TILES,
+    SQUARED_DIFFERENCE,
     THREADS,
     Contraction,
     Factor,
@@ -99,6 +102,8 @@ def propose(target: KernelTarget, shapes: Sequence[Shape] | None = None) -> list
         return []
     batch_grid = (match.batch_spec or target.spec.launch.grid[2]) if match.batch else None
     if not all(_is_float(tree, p) for p in _arrays(facts)):
+        if match.combine != PRODUCT:
+            return []  # the tensor cores multiply; a distance's differences are not products
         # half or bfloat16 factors, each one element as stored: the tensor cores multiply them exactly
         a, b = element(tree, match.a.at), element(tree, match.b.at)
         if a is None or b is None or a.dtype != b.dtype or not allows(target, THREADS):
@@ -204,7 +209,7 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
     accumulated = _accumulation(tree, facts, loop, statement)
     target, value, in_memory = accumulated
     expand = _Expander(tree, {row, col})
-    factors = _factors(value)
+    combine, factors = _differences(value) or (PRODUCT, _factors(value))
     row_factors, col_factors = [], []
     for factor in factors:
         names = expand.names(factor)
@@ -213,6 +218,8 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
         (col_factors if col in names else row_factors).append(factor)
     if not col_factors or not any(row in expand.names(f) for f in row_factors):
         raise _Unsupported("not a product of a row factor and a col factor")
+    if combine != PRODUCT and (len(row_factors), len(col_factors)) != (1, 1):
+        raise _Unsupported("a difference of something else than a row element and a col element")
     if flat:
         # Each factor may see the flat index only through pieces that are the same along its side.
         seen = _Expander(tree, {row, col, flat.index} | flat.pieces)
@@ -271,7 +278,9 @@ def _recognise(tree: KernelTree, facts: KernelFacts) -> Contraction:
         batch_spec=batch_spec,
         flat=declared,
         unread=unread,
+        # (a - b)² and |a - b| are (b - a)² and |b - a| exactly: a difference mirrors as a product does
         mirror=not flat and not batch and unread is None and rows_text == cols_text and _symmetric(a, b),
+        combine=combine,
     )
 
 
@@ -490,6 +499,45 @@ def _factors(value: Node) -> list[Node]:
     ):
         return _factors(called[1][0]) + _factors(called[1][1])
     return [node]
+
+
+def _differences(value: Node) -> tuple[str, list[Node]] | None:
+    """(the combine, [the two terms]) of a summed difference however spelled: `d * d` with `d = a - b`
+    inlined (`(a - b) * (a - b)`), `powf(a - b, 2)`, `fabsf(a - b)`; None for anything else."""
+    node = unwrap(value)
+    op = node.child_by_field_name("operator")
+    called = _called(node)
+    if node.type == "binary_expression" and op is not None and op.type == "*":
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        assert left is not None and right is not None
+        if _squashed(left) != _squashed(right):
+            return None
+        combine, inner = SQUARED_DIFFERENCE, left
+    elif called is not None and called[0] in _POWERS and len(called[1]) == 2:
+        if _squashed(called[1][1]) not in _TWO:
+            return None
+        combine, inner = SQUARED_DIFFERENCE, called[1][0]
+    elif called is not None and called[0] in _ABSOLUTES and len(called[1]) == 1:
+        combine, inner = ABSOLUTE_DIFFERENCE, called[1][0]
+    else:
+        return None
+    inner = unwrap(inner)
+    op = inner.child_by_field_name("operator")
+    if inner.type != "binary_expression" or op is None or op.type != "-":
+        return None
+    left, right = inner.child_by_field_name("left"), inner.child_by_field_name("right")
+    assert left is not None and right is not None
+    return combine, [left, right]
+
+
+_POWERS = frozenset({"powf", "pow", "__powf"})
+_ABSOLUTES = frozenset({"fabsf", "fabs", "abs"})
+_TWO = frozenset({"2", "2.0", "2.0f", "2.f", "2.0F", "2.F", "2."})
+
+
+def _squashed(node: Node) -> str:
+    """The node's text without whitespace or the parentheses around it."""
+    return "".join(text(unwrap(node)).split())
 
 
 def _called(node: Node) -> tuple[str, list[Node]] | None:
