@@ -23,6 +23,7 @@ from cuda_agent.agent.proposers.accessor_form import has_accessors, through_poin
 from cuda_agent.agent.proposers.idioms import block_scan
 from cuda_agent.agent.proposers.normal_form import through_normal_form
 from cuda_agent.agent.proposers.rewrites import (
+    atomic_sum,
     block_coarsen,
     block_to_loop,
     contraction,
@@ -67,7 +68,10 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     # a block's values combined by one thread's loop: the plain reduction warp-per-output splits
     block_to_loop.PROPOSER: (warp_per_output.PROPOSER,),
     # a row's loop where a thread an element was: split across lanes again, the row's own work done once
-    row_loop.PROPOSER: (warp_per_output.PROPOSER,),
+    # (its atomic into the row's place, where it had one, summed first: then a plain reduction too)
+    row_loop.PROPOSER: (warp_per_output.PROPOSER, atomic_sum.PROPOSER),
+    # a thread's atomics one after its loop: the loop is a plain sum, split across lanes like any other
+    atomic_sum.PROPOSER: (warp_per_output.PROPOSER,),
     # a row shared by several blocks: a thread then takes one 16-byte vector of it, or a few
     row_blocks.PROPOSER: (vector_loop.PROPOSER,),
     # a thread's few elements along x in a strided loop: each step then one 16-byte vector an array
@@ -105,6 +109,7 @@ CHAINED = (
     block_coarsen.PROPOSER,
     block_to_loop.PROPOSER,
     row_loop.PROPOSER,
+    atomic_sum.PROPOSER,
     row_blocks.PROPOSER,
     stride_loop.PROPOSER,
     vector_loop.PROPOSER,

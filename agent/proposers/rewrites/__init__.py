@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites import (
+    atomic_sum,
     block_coarsen,
     block_to_loop,
     coarsen,
@@ -30,6 +31,7 @@ from cuda_agent.agent.proposers.rewrites import (
     untile,
     vector_loop,
     warp_per_output,
+    warp_scan,
     window_tile,
     word_spans,
     y_split,
@@ -41,6 +43,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     implicit_gemm.PROPOSER: implicit_gemm.propose,
     untile.PROPOSER: untile.propose,
     warp_per_output.PROPOSER: warp_per_output.propose,
+    warp_scan.PROPOSER: warp_scan.propose,
     # before row-stage: where a thread's registers hold its share of the row, no shared memory at all
     row_registers.PROPOSER: row_registers.propose,
     row_stage.PROPOSER: row_stage.propose,
@@ -54,6 +57,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     vector_loop.PROPOSER: vector_loop.propose,
     stride_loop.PROPOSER: stride_loop.propose,
     promote.PROPOSER: promote.propose,
+    atomic_sum.PROPOSER: atomic_sum.propose,
     inline_helper.PROPOSER: inline_helper.propose,
     # before shared-loop and block-coarsen: where it applies, its chain (a warp a block, 16-byte loads)
     # leaves no barrier at all, which theirs keep

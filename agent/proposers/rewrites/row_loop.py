@@ -60,8 +60,9 @@ from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
 PROPOSER = "rewrite:row-loop"
-# At the benchmark's sizes, rows fewer than this (a warp each on 132 SMs, 8 warps an SM) or shorter than
-# a warp leave the split loop idle: the thread an element the user wrote keeps more of the GPU busy.
+# At the benchmark's sizes, warps fewer than this (132 SMs, 8 warps an SM; a row split across a warp, or
+# across a block of a warp per 32 of its columns) or rows shorter than a warp leave the split loop idle:
+# the thread an element the user wrote keeps more of the GPU busy.
 MIN_ROWS = 132 * 8
 MIN_COLUMNS = 32
 # Also a thread for each few neighbouring columns of a row: windows that overlap (pooling, stencils) share
@@ -312,7 +313,8 @@ def _check_coverage(tree: KernelTree, launch: LaunchSpec, bound: str, rows: str,
         raise Unsupported(f"the launch's reach is not known: {exc}") from exc
     if threads < elements:
         raise Unsupported(f"the launch reaches {threads} of the {elements} elements below {bound}")
-    if elements // columns < MIN_ROWS or columns < MIN_COLUMNS:
+    # a long row fills a block of up to 1024 threads (a warp per 32 columns) once the loop is split
+    if (elements // columns) * min(columns // 32, 32) < MIN_ROWS or columns < MIN_COLUMNS:
         raise Unsupported(f"{elements // columns} rows of {columns}: too few or too short to split")
 
 

@@ -70,7 +70,7 @@ BLOCK_WORTHY_LOOP = 1024
 NESTED_TRIP = 32
 
 
-class _Unsupported(Exception):
+class _Unsupported(Unsupported):
     """Not this shape, or not provably the same results; the message says why (for debugging)."""
 
 
@@ -138,7 +138,7 @@ def _rewrite(
         raise _Unsupported("an atomic whose old value is read")
     if facts.thread_uses or facts.unmodelled:
         raise _Unsupported("thread builtins read outside the index declarations")
-    owners, batch = _owners(tree, facts)
+    owners, batch = output_owners(tree, facts)
     top = [loop for loop in facts.loops if loop.depth == 0]
     distributed = [loop for loop in top if _distributable(loop)]
     if not distributed:
@@ -164,7 +164,7 @@ def _rewrite(
         "found",
         "other_found",
     )
-    edits = _owner_edits(tree, facts, owners, names, width)
+    edits = owner_edits(tree, facts, owners, names, width)
     assumptions: set[str] = set()
     for loop in distributed:
         # the lanes stride the loop itself, or the one loop nested in it that walks memory contiguously;
@@ -178,7 +178,7 @@ def _rewrite(
             edits.append((loop.node.end_byte, loop.node.end_byte, combined))
             if assumption:
                 assumptions.add(assumption)
-    edits += _lane_zero_stores(tree, facts, distributed, names["lane"])
+    edits += lane_zero_stores(tree, facts, distributed, names["lane"])
     split = [strided_loops[loop.node.start_byte] for loop in distributed]
     return apply_to_body(tree, edits), owners, batch, split, tuple(sorted(assumptions))
 
@@ -196,7 +196,7 @@ def _atomics_are_updates(tree: KernelTree) -> bool:
     return True
 
 
-def _owners(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Owner], set[int]]:
+def output_owners(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Owner], set[int]]:
     """The global thread indices (x first), each with its bound from the bounds check, and the grid axes
     (1 for y, 2 for z) that are a batch: `int bh = blockIdx.z;`, kept as they are."""
     guard = facts.guard
@@ -370,7 +370,7 @@ def _in_a_store(facts: KernelFacts, access: Access) -> bool:
     )
 
 
-def _owner_edits(
+def owner_edits(
     tree: KernelTree, facts: KernelFacts, owners: list[_Owner], names: dict[str, str], width: int
 ) -> list[Edit]:
     """The owner indices from the group's number (x fastest), and the lane declared before them."""
@@ -420,7 +420,7 @@ def _loop_edits(tree: KernelTree, loop: Loop, names: dict[str, str], width: int)
     return strided(tree, loop, names["lane"], str(width or "blockDim.x"))
 
 
-def _lane_zero_stores(tree: KernelTree, facts: KernelFacts, distributed: list[Loop], lane: str) -> list[Edit]:
+def lane_zero_stores(tree: KernelTree, facts: KernelFacts, distributed: list[Loop], lane: str) -> list[Edit]:
     """Stores outside the split loops are left to lane 0: each element is then written once."""
     edits: list[Edit] = []
     done: set[int] = set()
