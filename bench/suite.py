@@ -2,8 +2,11 @@
 (bench/kernels/*.cu); "outside", first drafts in the styles of public code: llm.c-style training
 kernels, PolyBench, course exercises, PyTorch extensions (bench/kernels/outside/*.cu); and "holdout", more
 of those written after the optimizer was built, kinds it was not tuned on, measured first as they came
-(bench/kernels/holdout/*.cu; the second batch, added last, not yet measured: reduce_slides, sobel_edges,
-column_softmax, gelu_backward_bf16, conv2d_constant_mask)."""
+(bench/kernels/holdout/*.cu; a second batch: reduce_slides, sobel_edges, column_softmax, gelu_backward_bf16,
+conv2d_constant_mask; a third, written by a helper that had not seen the rewrites: kmeans_assign,
+pairwise_dist_fp64, upsample_bilinear, cumsum_rows, prelu_caffe_loop, leaky_relu_half2,
+cosine_similarity_rows, channel_sum_fp64, of which cumsum_rows and channel_sum_fp64 then led to
+rewrite:warp-scan and rewrite:atomic-sum before their first measurement)."""
 
 from __future__ import annotations
 
