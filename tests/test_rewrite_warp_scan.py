@@ -107,7 +107,8 @@ def test_a_cumulative_sum_along_rows_becomes_a_warp_per_row_with_a_shuffle_scan(
 def test_stores_before_the_update_see_the_exclusive_total_and_a_store_after_the_loop_is_lane_zeros() -> None:
     (candidate, _) = warp_scan.propose(_target(OFFSETS, "row_offsets"))
     body = body_of(candidate, "row_offsets")
-    exclusive = "offset = before + (lane > 0 ? __shfl_up_sync(0xffffffffu, mine, 1) : (int)0);"
+    exclusive = "offset = before + (lane > 0 ? previous : (int)0);"
+    assert "const int previous = __shfl_up_sync(0xffffffffu, mine, 1);" in body
     assert exclusive in body and "if (lane_in) { offsets[r * L + j] = offset; }" in body
     assert body.index(exclusive) < body.index("offset = before + mine;")
     assert "int mine = lane_in ? (int)(counts[r * L + j]) : (int)0;" in body
@@ -122,6 +123,21 @@ def test_a_value_read_into_a_local_first_and_a_store_reading_the_index_are_kept(
     assert "float mine = lane_in ? ((float)(x[b * T + t])) : (float)0;" in body
     assert "if (lane_in) { y[b * T + t] = acc / (t + 1); }" in body
     assert compile_kernel(device_source(candidate.source), "running_mean").ok
+
+
+@pytest.mark.parametrize(
+    "source", [CUMSUM.read_text(), OFFSETS, RUNNING_MEAN], ids=["inclusive", "exclusive", "mean"]
+)
+def test_every_lane_reaches_every_shuffle(source: str) -> None:
+    """A shuffle under the full mask that some lanes skip (behind `lane > 0 ? ... :` or an `if`) is an
+    illegal instruction on the GPU (the exclusive scan's first version: cudaErrorIllegalInstruction on the
+    H100): no shuffle may sit in a branch or a conditional expression inside the scan's chunk loop."""
+    name = source.split("__global__ void ")[1].split("(")[0]
+    for candidate in warp_scan.propose(_target(source, name)):
+        chunk_loop = body_of(candidate, name).split("for (int chunk", 1)[1]
+        for line in chunk_loop.splitlines():
+            if "__shfl" in line:
+                assert "?" not in line and not line.strip().startswith("if"), line
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,9 @@ def propose(target: KernelTarget) -> list[Candidate]:
         if len(facts.loops) != 1:
             raise Unsupported("not exactly one loop")
         (loop,) = facts.loops
-        names = local_names(tree, "warp", "lane", "chunk", "mine", "offset", "other", "before", "lane_in")
+        names = local_names(
+            tree, "warp", "lane", "chunk", "mine", "offset", "other", "previous", "before", "lane_in"
+        )
         edits = owner_edits(tree, facts, owners, names, 32)
         edits.append(_scan_loop(tree, facts, loop, names))
         edits += lane_zero_stores(tree, facts, [loop], names["lane"])
@@ -150,8 +152,9 @@ def _scan_loop(tree: KernelTree, facts: KernelFacts, loop: Loop, n: dict[str, st
     exclusive = ""
     if at > 0:  # the stores before the update see the total up to the element before
         exclusive = (
-            f"{inner}{total} = {before} + ({lane} > 0 ? __shfl_up_sync(0xffffffffu, {mine}, 1) : ({kind})0);"
-            "\n" + guarded(body[:at])
+            # every lane shuffles (a shuffle some lanes skip, under a full mask, is an illegal instruction)
+            f"{inner}const {kind} {n['previous']} = __shfl_up_sync(0xffffffffu, {mine}, 1);\n"
+            f"{inner}{total} = {before} + ({lane} > 0 ? {n['previous']} : ({kind})0);\n" + guarded(body[:at])
         )
     text_ = (
         f"// a warp-wide chunk at a time ({j} = {chunk} + {lane}), the running total by a shuffle scan\n"
