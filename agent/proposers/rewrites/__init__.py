@@ -14,6 +14,7 @@ from cuda_agent.agent.proposers.rewrites import (
     coarsen,
     contraction,
     fuse_passes,
+    held_row,
     implicit_gemm,
     inline_helper,
     look_back,
@@ -57,6 +58,7 @@ REWRITE_PROPOSERS: dict[str, Callable[[KernelTarget], list[Candidate]]] = {
     vector_loop.PROPOSER: vector_loop.propose,
     stride_loop.PROPOSER: stride_loop.propose,
     promote.PROPOSER: promote.propose,
+    held_row.PROPOSER: held_row.propose,
     atomic_sum.PROPOSER: atomic_sum.propose,
     inline_helper.PROPOSER: inline_helper.propose,
     # before shared-loop and block-coarsen: where it applies, its chain (a warp a block, 16-byte loads)

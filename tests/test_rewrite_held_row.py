@@ -1,0 +1,121 @@
+"""The held-row rewrite: a thread's row read again on every iteration of an outer loop (the k-means
+assignment's point for each centroid, a kNN query for each reference) is read once into registers
+where it is short at the benchmark's sizes, the inner loop unrolled to that length and reading the
+registers; a longer row at run time takes the loops as written. Each candidate compiles without a stack
+frame (the row really in registers); what the rewrite must not hold is left alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.proposers.rewrites import held_row
+from cuda_agent.agent.targets import KernelTarget, load_targets
+from cuda_agent.sandbox.compile import compile_kernel
+
+from tests.test_rewrite_warp_per_output import _target, body_of, needs_compiler, shown
+
+KMEANS = Path(__file__).resolve().parents[1] / "bench" / "kernels" / "holdout" / "kmeans_assign.cu"
+
+# A kNN first draft: each thread a query, its nearest reference by L1 distance, the query's row through a
+# pointer local and its length a macro.
+NEAREST = """#define DIM 24
+/* cuda-agent
+[sizes]
+Q = 65536
+R = 512
+[args]
+nearest = { role = "output", dtype = "int32", shape = ["Q"] }
+queries = { role="input", dtype="float32", shape=["Q", 24], init={ dist="integers", low=0, high=9 } }
+refs = { role="input", dtype="float32", shape=["R", 24], init={ dist="integers", low=0, high=9 } }
+Q = { role = "scalar", dtype = "int32", value = "Q" }
+R = { role = "scalar", dtype = "int32", value = "R" }
+[launch]
+block = [128]
+grid = ["ceil_div(Q, 128)"]
+[verify]
+sizes = [{ Q = 301, R = 37 }]
+oracle = { nearest = "torch.cdist(queries, refs, p=1).argmin(dim=1).int()" }
+*/
+__global__ void nearest_l1(int* nearest, const float* queries, const float* refs, int Q, int R)
+{
+    int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q < Q) {
+        const float* mine = queries + q * DIM;
+        float best = 1e30f;
+        int at = 0;
+        for (int r = 0; r < R; ++r) {
+            float s = 0.0f;
+            for (int d = 0; d < DIM; ++d) s += fabsf(mine[d] - refs[r * DIM + d]);
+            if (s < best) { best = s; at = r; }
+        }
+        nearest[q] = at;
+    }
+}
+"""
+
+
+def kmeans() -> KernelTarget:
+    (target,) = load_targets(KMEANS).targets
+    return target
+
+
+def registers_only(source: str, name: str) -> None:
+    result = compile_kernel(device_source(source), name)
+    assert result.ok and result.kernel is not None
+    usage = result.kernel.resources
+    assert usage.stack_bytes == 0 and usage.spill_store_bytes == 0, (
+        usage
+    )  # an array in local memory would show
+
+
+@needs_compiler
+def test_the_points_row_is_read_once_before_the_centroid_loop() -> None:
+    (candidate,) = held_row.propose(kmeans())
+    body = body_of(candidate, "kmeans_assign")
+    assert "float points_row[32];" in body and "const bool points_held = D <= 32;" in body
+    assert body.index("points_row[u] = points[i * D + u];") < body.index("for (int k = 0; k < K; k++)")
+    assert "float diff = points_row[d] - centroids[k * D + d];" in body
+    assert "float diff = points[i * D + d] - centroids[k * D + d];" in body  # longer rows: as written
+    assert "not written through another pointer" in candidate.assumptions[0]
+    registers_only(candidate.source, "kmeans_assign")
+
+
+@needs_compiler
+def test_a_row_through_a_pointer_local_with_a_macro_length_is_held_too() -> None:
+    (candidate,) = held_row.propose(_target(NEAREST, "nearest_l1"))
+    body = body_of(candidate, "nearest_l1")
+    assert "float queries_row[24];" in body and "queries_row[u] = mine[u];" in body
+    assert "s += fabsf(queries_row[d] - refs[r * DIM + d]);" in body
+    registers_only(candidate.source, "nearest_l1")
+
+
+@pytest.mark.parametrize(
+    ("written", "instead"),
+    [
+        ("points[i * D + d] - centroids", "points[k * D + d] - centroids"),  # moves with the outer loop
+        ("points[i * D + d] - centroids", "points[d * N + i] - centroids"),  # neighbours read together
+        ("D = 32             # 32 MiB of points", "D = 128"),  # too long to hold
+        ("labels[i] = best;", "labels[i] = best; ((float*)points)[i * D] = 0.0f;"),  # stored to
+    ],
+)  # fmt: skip
+def test_rows_the_rewrite_must_not_hold_are_left_alone(written: str, instead: str) -> None:
+    source = KMEANS.read_text()
+    assert written in source
+    assert held_row.propose(_target(source.replace(written, instead), "kmeans_assign")) == []
+
+
+@pytest.mark.gpu
+def test_held_rows_verify_and_beat_the_originals_on_the_gpu() -> None:
+    from cuda_agent.agent.engine import Engine, EngineSettings
+
+    with Engine(EngineSettings(use_cache=False, input_sets=2)) as engine:
+        for target in (kmeans(), _target(NEAREST, "nearest_l1")):
+            baseline = engine.baseline(target)
+            assert baseline.usable, baseline.error
+            results = engine.evaluate(baseline, held_row.propose(target))
+            seen = shown(baseline.target, results)
+            print(target.kernel.name, seen)
+            assert results and all(r.verified for r in results), seen
+            assert max(r.speedup or 0 for r in results) > 2.0, seen
