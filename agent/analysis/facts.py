@@ -140,6 +140,15 @@ class KernelFacts:
         """The accesses inside the loop (its inner loops' included)."""
         return [a for a in self.accesses if loop.node.start_byte <= a.node.start_byte < loop.node.end_byte]
 
+    def innermost_loop(self, node: Node) -> Loop | None:
+        """The innermost counted loop around the node (a loop is not around itself)."""
+        around = [
+            loop
+            for loop in self.loops
+            if loop.node.start_byte < node.start_byte and node.end_byte <= loop.node.end_byte
+        ]
+        return max(around, key=lambda loop: loop.node.start_byte, default=None)
+
     def outermost_loop(self, access: Access) -> Loop | None:
         """The top-level loop holding the access, if one does (uncounted loops are not in `loops`)."""
         return next(

@@ -26,6 +26,7 @@ from cuda_agent.agent.proposers.tree import (
     KernelTree,
     arguments,
     candidate_from,
+    declared_names,
     fresh_names,
     line_indent,
     walk,
@@ -54,7 +55,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
     places: list[str] = []
     taken = tree.names()
     for access in facts.accesses:
-        loop = _innermost(facts.loops, access)
+        loop = facts.innermost_loop(access.node)
         if loop is None or access.node.type != "call_expression":
             continue
         try:
@@ -79,15 +80,6 @@ def propose(target: KernelTarget) -> list[Candidate]:
     ]
 
 
-def _innermost(loops: list[Loop], access: Access) -> Loop | None:
-    around = [
-        loop
-        for loop in loops
-        if loop.node.start_byte < access.node.start_byte and access.node.end_byte <= loop.node.end_byte
-    ]
-    return max(around, key=lambda loop: loop.node.start_byte, default=None)
-
-
 def _summed(
     tree: KernelTree, accesses: list[Access], loop: Loop, atomic: Access, taken: set[str]
 ) -> list[Edit]:
@@ -104,7 +96,7 @@ def _summed(
         raise _Unsupported("the loop may be left without reaching the atomic after it")
     place, value = arguments(call)
     changed = assigned_names(loop.node) | {loop.variable}
-    declared = {text(n) for n in walk(loop.body) if n.type == "identifier" and _declares(n)}
+    declared = declared_names(loop.body, tree)
     if {text(n) for n in walk(place) if n.type == "identifier"} & (changed | declared):
         raise _Unsupported("the place moves with the loop")
     element = _element_type(tree, atomic.array)
@@ -127,12 +119,3 @@ def _element_type(tree: KernelTree, array: str) -> str:
     if element not in _TYPES:
         raise _Unsupported(f"{element}: not a type whose sum starts at 0 here")
     return element
-
-
-def _declares(identifier: object) -> bool:
-    parent = getattr(identifier, "parent", None)
-    return (
-        parent is not None
-        and parent.type in ("init_declarator", "declaration")
-        and parent.child_by_field_name("declarator") == identifier
-    )

@@ -26,6 +26,7 @@ from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
     candidate_from,
+    declared_names,
     fresh_names,
     line_indent,
     reindent,
@@ -33,7 +34,6 @@ from cuda_agent.agent.proposers.tree import (
     walk,
 )
 from cuda_agent.agent.targets import KernelTarget
-from tree_sitter import Node
 
 PROPOSER = "rewrite:held-row"
 # The most elements a thread holds: 64 floats leave registers for the loops' own values (a k-means
@@ -55,7 +55,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     taken = tree.names()
     for inner in facts.loops:
-        outer = _enclosing(facts.loops, inner)
+        outer = facts.innermost_loop(inner.node)
         if outer is None:
             continue
         for array in dict.fromkeys(a.array for a in facts.accesses_in(inner)):
@@ -74,16 +74,6 @@ def propose(target: KernelTarget) -> list[Candidate]:
                 )
             ]
     return []
-
-
-def _enclosing(loops: list[Loop], inner: Loop) -> Loop | None:
-    """The loop right around `inner`."""
-    around = [
-        loop
-        for loop in loops
-        if loop.node.start_byte < inner.node.start_byte and inner.node.end_byte <= loop.node.end_byte
-    ]
-    return max(around, key=lambda loop: loop.node.start_byte, default=None)
 
 
 def _held(
@@ -107,7 +97,7 @@ def _held(
     if length is None or not 0 < length <= MAX_ELEMENTS:
         raise _Unsupported("the row is not short at the benchmark's sizes")
     changed = assigned_names(outer.node) | {outer.variable}
-    declared = {text(n) for n in walk(outer.node) if n.type == "identifier" and _declares(n)}
+    declared = declared_names(outer.node, tree)
     place = {text(n) for n in walk(access.node) if n.type == "identifier"} - {d}
     if place & (changed | declared):
         raise _Unsupported("the row's place is computed inside the outer loop")
@@ -167,12 +157,3 @@ def _element_type(tree: KernelTree, array: str) -> str:
     if element not in _TYPES:
         raise _Unsupported(f"{element}: not an element type held here")
     return element
-
-
-def _declares(identifier: Node) -> bool:
-    parent = identifier.parent
-    return (
-        parent is not None
-        and parent.type in ("init_declarator", "declaration")
-        and parent.child_by_field_name("declarator") == identifier
-    )

@@ -15,7 +15,15 @@ from cuda_agent.agent.analysis.facts import Access, Loop
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, fresh_names, line_indent, walk
+from cuda_agent.agent.proposers.tree import (
+    Edit,
+    KernelTree,
+    candidate_from,
+    declared_names,
+    fresh_names,
+    line_indent,
+    walk,
+)
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -95,7 +103,7 @@ def _promoted(
     if first.type != "subscript_expression" or any(a.node.type != "subscript_expression" for a in group):
         raise _Unsupported("not a subscript")
     changed = assigned_names(loop.node)
-    declared_inside = {text(n) for n in walk(loop.node) if n.type == "identifier" and _declares(n)}
+    declared_inside = declared_names(loop.node, tree)
     names_used = {text(n) for n in walk(first) if n.type == "identifier"}
     if names_used & (changed | declared_inside):
         raise _Unsupported("the element's place is computed inside the loop")
@@ -117,15 +125,6 @@ def _promoted(
     edits += [(a.node.start_byte, a.node.end_byte, name) for a in group]
     edits.append((loop.node.end_byte, loop.node.end_byte, f"\n{indent}{place} = {name};"))
     return edits
-
-
-def _declares(identifier: Node) -> bool:
-    parent = identifier.parent
-    return (
-        parent is not None
-        and parent.type in ("init_declarator", "declaration")
-        and (parent.child_by_field_name("declarator") == identifier)
-    )
 
 
 def _deleted_line(tree: KernelTree, statement: Node) -> Edit:
