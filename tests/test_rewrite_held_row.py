@@ -91,6 +91,17 @@ def test_a_row_through_a_pointer_local_with_a_macro_length_is_held_too() -> None
     registers_only(candidate.source, "nearest_l1")
 
 
+@needs_compiler
+def test_a_row_read_through_the_read_only_cache_is_held_with_its_load() -> None:
+    """`__ldg(&points[i * D + d])` reads the element: held, the call goes with it (a register has no
+    global address for `__ldg` to read)."""
+    source = KMEANS.read_text().replace("points[i * D + d] - c", "__ldg(&points[i * D + d]) - c")
+    (candidate,) = held_row.propose(_target(source, "kmeans_assign"))
+    body = body_of(candidate, "kmeans_assign")
+    assert "float diff = points_row[d] - centroids[k * D + d];" in body and "__ldg(&points_row" not in body
+    registers_only(candidate.source, "kmeans_assign")
+
+
 @pytest.mark.parametrize(
     ("written", "instead"),
     [
@@ -98,6 +109,8 @@ def test_a_row_through_a_pointer_local_with_a_macro_length_is_held_too() -> None
         ("points[i * D + d] - centroids", "points[d * N + i] - centroids"),  # neighbours read together
         ("D = 32             # 32 MiB of points", "D = 128"),  # too long to hold
         ("labels[i] = best;", "labels[i] = best; ((float*)points)[i * D] = 0.0f;"),  # stored to
+        # its address taken for a cast: the register copy has none
+        ("points[i * D + d] - c", "reinterpret_cast<const float*>(&points[i * D + d])[0] - c"),
     ],
 )  # fmt: skip
 def test_rows_the_rewrite_must_not_hold_are_left_alone(written: str, instead: str) -> None:

@@ -25,6 +25,7 @@ from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, a
 from cuda_agent.agent.proposers.tree import (
     Edit,
     KernelTree,
+    arguments,
     candidate_from,
     declared_names,
     fresh_names,
@@ -34,6 +35,7 @@ from cuda_agent.agent.proposers.tree import (
     walk,
 )
 from cuda_agent.agent.targets import KernelTarget
+from tree_sitter import Node
 
 PROPOSER = "rewrite:held-row"
 # The most elements a thread holds: 64 floats leave registers for the loops' own values (a k-means
@@ -117,7 +119,7 @@ def _held(
         f"{indent}        if ({u} < {bound}) {row}[{u}] = {at_u};\n"
         f"{indent}}}\n{indent}"
     )
-    reads_held = {(a.node.start_byte, a.node.end_byte) for a in reads}
+    reads_held = {_span(_loaded(a.node)) for a in reads}
     deeper = inner_indent + "        "
     held_body = "\n".join(
         deeper
@@ -147,6 +149,30 @@ def _held(
         (inner.node.start_byte, inner.node.end_byte, fast),
     ]
     return edits, f"{array}[{tree.text(access.node).split('[', 1)[1].rstrip(']')}]"
+
+
+# Loads through a cache hint (`__ldg(&P[i])`): the value is the element's, the call goes with it.
+LOAD_INTRINSICS = frozenset({"__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv"})
+
+
+def _loaded(access: Node) -> Node:
+    """The expression whose value is the element: the access, or the load intrinsic taking its address.
+    Any other use of its address (a cast to a vector pointer, a pointer passed on) is refused: a register
+    has no address in global memory."""
+    parent = access.parent
+    if parent is None or parent.type != "pointer_expression":
+        return access
+    call = parent.parent.parent if parent.parent is not None else None
+    function = (
+        call.child_by_field_name("function") if call is not None and call.type == "call_expression" else None
+    )
+    if call is None or function is None or text(function) not in LOAD_INTRINSICS or len(arguments(call)) != 1:
+        raise _Unsupported("the element's address is taken")
+    return call
+
+
+def _span(node: Node) -> tuple[int, int]:
+    return node.start_byte, node.end_byte
 
 
 def _element_type(tree: KernelTree, array: str) -> str:
