@@ -148,6 +148,7 @@ def test_every_lane_reaches_every_shuffle(source: str) -> None:
         ("out[row * L + j] = running;", "out[row * L + j] = running; if (running > 9.0f) break;"),
         ("running += x[row * L + j];", "running += x[row * L + j]; running += 1.0f;"),  # updated twice
         ("running += x[row * L + j];", "running += x[j * R + row];"),  # neighbours already read together
+        ("running += x[row * L + j];", "running += x[row * L + j] * (out[row] = 1.0f);"),  # an effect
     ],
 )  # fmt: skip
 def test_what_is_not_a_running_sum_a_warp_can_scan_is_left_alone(written: str, instead: str) -> None:

@@ -23,7 +23,7 @@ from cuda_agent.agent.analysis.normalise import inlined_loop_locals
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._combine import Unsupported, declared_type
-from cuda_agent.agent.proposers.rewrites._one_thread import pure_declaration
+from cuda_agent.agent.proposers.rewrites._one_thread import pure, pure_declaration
 from cuda_agent.agent.proposers.rewrites.warp_per_output import lane_zero_stores, output_owners, owner_edits
 from cuda_agent.agent.proposers.tree import (
     Edit,
@@ -117,6 +117,8 @@ def _scan_loop(tree: KernelTree, facts: KernelFacts, loop: Loop, n: dict[str, st
         raise Unsupported("statements besides the update and the stores")
     if total in {text(node) for node in walk(value) if node.type == "identifier"}:
         raise Unsupported("the added value reads the total")
+    if not pure(tree, value):
+        raise Unsupported("the added value has effects of its own (an increment, an atomic)")
     inside = facts.accesses_in(loop)
     for access in inside:
         if access.write and access.stride(loop.variable) in (None, Form()):
