@@ -102,6 +102,14 @@ def test_a_row_read_through_the_read_only_cache_is_held_with_its_load() -> None:
     registers_only(candidate.source, "kmeans_assign")
 
 
+@needs_compiler
+def test_a_condition_inside_the_outer_loop_that_does_not_test_the_row_keeps_it_held() -> None:
+    source = KMEANS.read_text().replace("float dist = 0.0f;", "float dist = 0.0f; if (k % 2 == 0)")
+    (candidate,) = held_row.propose(_target(source, "kmeans_assign"))
+    assert "if (k % 2 == 0)" in body_of(candidate, "kmeans_assign")
+    registers_only(candidate.source, "kmeans_assign")
+
+
 @pytest.mark.parametrize(
     ("written", "instead"),
     [
@@ -109,6 +117,8 @@ def test_a_row_read_through_the_read_only_cache_is_held_with_its_load() -> None:
         ("points[i * D + d] - centroids", "points[d * N + i] - centroids"),  # neighbours read together
         ("D = 32             # 32 MiB of points", "D = 128"),  # too long to hold
         ("labels[i] = best;", "labels[i] = best; ((float*)points)[i * D] = 0.0f;"),  # stored to
+        # the row read only where a condition on its place holds: reading it before the loop could overrun
+        ("float dist = 0.0f;", "float dist = 0.0f; if (i < K * 8)"),
         # its address taken for a cast: the register copy has none
         ("points[i * D + d] - c", "reinterpret_cast<const float*>(&points[i * D + d])[0] - c"),
     ],

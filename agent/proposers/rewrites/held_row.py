@@ -103,6 +103,14 @@ def _held(
     place = {text(n) for n in walk(access.node) if n.type == "identifier"} - {d}
     if place & (changed | declared):
         raise _Unsupported("the row's place is computed inside the outer loop")
+    # read before the outer loop, the row must be one the original reads whatever the conditions inside
+    # it say: none between the loops may test the row's place (`if (i < limit)` could guard its existence)
+    node = inner.node.parent
+    while node is not None and node != outer.node:
+        condition = node.child_by_field_name("condition")
+        if condition is not None and place & {text(n) for n in walk(condition) if n.type == "identifier"}:
+            raise _Unsupported("the inner loop runs under a condition on the row's place")
+        node = node.parent
     element = _element_type(tree, array)
     bound = as_factor(bound_terms(tree, inner.bound)[0])
     held = ((length + 3) // 4) * 4
