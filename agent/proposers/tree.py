@@ -411,6 +411,10 @@ def local_names(tree: KernelTree, *wanted: str) -> dict[str, str]:
     return dict(zip(wanted, fresh_names(tree.names(), *wanted), strict=True))
 
 
+# Loads through a cache hint, each taking one element's address (`__ldg(&x[i])`): the value is the element's.
+CACHED_LOADS = frozenset({"__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv"})
+
+
 def element_type(parameter: Parameter | None) -> str | None:
     """`float` for `const float* __restrict__ x`; None for non-pointers and pointers to pointers."""
     if parameter is None or parameter.pointer_depth != 1:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import ast
 
+from cuda_agent.agent.analysis.facts import KernelFacts
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.proposers.tree import KernelTree, size_expression
 from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
+from tree_sitter import Node
 
 
 class NotInSizes(Exception):
@@ -144,3 +146,21 @@ def _c(node: ast.expr, names: dict[str, str]) -> str:
         a, b = (_c(arg, names) for arg in node.args)
         return f"(({a} + {b} - 1) / {b})"
     raise NotInSizes("a grid the kernel cannot write")
+
+
+def guarded_parts(tree: KernelTree, facts: KernelFacts) -> tuple[list[Node], str, list[Node]]:
+    """(the statements before the bounds check, the check as a condition true in range, the statements it
+    guards), for `if (i >= n) return; ...` and `if (i < n) { ... }` alike (the analysis takes no `else`)."""
+    guard = facts.guard
+    assert guard is not None
+    top = [s for s in tree.body.named_children if s.type != "comment"]
+    position = top.index(guard.statement)
+    condition = guard.statement.child_by_field_name("condition")
+    assert condition is not None and condition.named_children
+    written = tree.text(condition.named_children[0])
+    if guard.early_return:
+        return top[:position], f"!({written})", top[position + 1 :]
+    consequence = guard.statement.child_by_field_name("consequence")
+    assert consequence is not None
+    inner = [s for s in consequence.named_children if s.type != "comment"]
+    return top[:position], written, inner if consequence.type == "compound_statement" else [consequence]

@@ -27,6 +27,7 @@ from cuda_agent.agent.proposers.tree import (
     arguments,
     candidate_from,
     declared_names,
+    element_type,
     fresh_names,
     line_indent,
     walk,
@@ -110,12 +111,7 @@ def _summed(
 
 
 def _element_type(tree: KernelTree, array: str) -> str:
-    parameter = tree.parameter(array)
-    if parameter is None:
-        raise _Unsupported("not a parameter's element")
-    element = " ".join(
-        parameter.type.replace("*", " ").replace("const", " ").replace("__restrict__", " ").split()
-    )
+    element = element_type(tree.parameter(array))
     if element not in _TYPES:
-        raise _Unsupported(f"{element}: not a type whose sum starts at 0 here")
+        raise _Unsupported(f"{array}: not a parameter whose sum starts at 0 here")
     return element

@@ -23,11 +23,13 @@ from cuda_agent.agent.analysis.values import text
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, at_benchmark, bound_terms
 from cuda_agent.agent.proposers.tree import (
+    CACHED_LOADS,
     Edit,
     KernelTree,
     arguments,
     candidate_from,
     declared_names,
+    element_type,
     fresh_names,
     line_indent,
     reindent,
@@ -159,10 +161,6 @@ def _held(
     return edits, f"{array}[{tree.text(access.node).split('[', 1)[1].rstrip(']')}]"
 
 
-# Loads through a cache hint (`__ldg(&P[i])`): the value is the element's, the call goes with it.
-LOAD_INTRINSICS = frozenset({"__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv"})
-
-
 def _loaded(access: Node) -> Node:
     """The expression whose value is the element: the access, or the load intrinsic taking its address.
     Any other use of its address (a cast to a vector pointer, a pointer passed on) is refused: a register
@@ -174,7 +172,7 @@ def _loaded(access: Node) -> Node:
     function = (
         call.child_by_field_name("function") if call is not None and call.type == "call_expression" else None
     )
-    if call is None or function is None or text(function) not in LOAD_INTRINSICS or len(arguments(call)) != 1:
+    if call is None or function is None or text(function) not in CACHED_LOADS or len(arguments(call)) != 1:
         raise _Unsupported("the element's address is taken")
     return call
 
@@ -184,10 +182,7 @@ def _span(node: Node) -> tuple[int, int]:
 
 
 def _element_type(tree: KernelTree, array: str) -> str:
-    parameter = tree.parameter(array)
-    if parameter is None:
-        raise _Unsupported("not a parameter's element")
-    element = " ".join(parameter.type.replace("const", " ").replace("__restrict__", " ").split())
+    element = element_type(tree.parameter(array))
     if element not in _TYPES:
-        raise _Unsupported(f"{element}: not an element type held here")
+        raise _Unsupported(f"{array}: not a parameter whose element type is held here")
     return element

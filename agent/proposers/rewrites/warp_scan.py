@@ -22,6 +22,7 @@ from cuda_agent.agent.analysis.forms import LANE, Form
 from cuda_agent.agent.analysis.normalise import inlined_loop_locals
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites._bounds import as_factor
 from cuda_agent.agent.proposers.rewrites._combine import Unsupported, declared_type
 from cuda_agent.agent.proposers.rewrites._one_thread import pure, pure_declaration
 from cuda_agent.agent.proposers.rewrites.warp_per_output import lane_zero_stores, output_owners, owner_edits
@@ -235,12 +236,7 @@ def _range(tree: KernelTree, loop: Loop) -> tuple[str, str]:
         raise Unsupported("not `j < bound`")
     if text(unwrap(left)) != loop.variable:
         raise Unsupported("the condition is not on the loop variable")
-    return _grouped(tree.text(start)), _grouped(tree.text(right))
-
-
-def _grouped(written: str) -> str:
-    """The text as one operand: parenthesised unless a name or a number."""
-    return written if written.replace("_", "a").replace(".", "0").isalnum() else f"({written})"
+    return as_factor(tree.text(start)), as_factor(tree.text(right))
 
 
 def _within(node: Node, parts: list[Node]) -> bool:

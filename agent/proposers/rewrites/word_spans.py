@@ -20,6 +20,7 @@ from cuda_agent.agent.analysis import KernelFacts, analysed, assigned_names
 from cuda_agent.agent.analysis.facts import Access, ThreadIndex
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.candidates import Candidate
+from cuda_agent.agent.proposers.rewrites._bounds import guarded_parts
 from cuda_agent.agent.proposers.transforms.grid_stride import coarsened_grid
 from cuda_agent.agent.proposers.tree import (
     Edit,
@@ -261,20 +262,14 @@ def _moved(span: _Span, register: str, place: str, pixels: int, unit: str, *, lo
 
 
 def _guarded_statements(tree: KernelTree, facts: KernelFacts) -> list[Node]:
-    """The statements the bounds check guards (the `if`'s block, or the rest after an early return)."""
+    """The statements the bounds check guards, where they are a block of their own (the spans' code
+    replaces them with several statements)."""
     guard = facts.guard
     assert guard is not None
-    if guard.early_return:
-        top = [s for s in tree.body.named_children if s.type != "comment"]
-        position = top.index(guard.statement)
-        rest = top[position + 1 :]
-    else:
-        consequence = guard.statement.child_by_field_name("consequence")
-        if consequence is None or consequence.type != "compound_statement":
-            raise _Unsupported("the guarded work is not a block")
-        rest = [s for s in consequence.named_children if s.type != "comment"]
-        if guard.statement.child_by_field_name("alternative") is not None:
-            raise _Unsupported("an else branch")
+    consequence = guard.statement.child_by_field_name("consequence")
+    if not guard.early_return and (consequence is None or consequence.type != "compound_statement"):
+        raise _Unsupported("the guarded work is not a block")
+    rest = guarded_parts(tree, facts)[2]
     if not rest:
         raise _Unsupported("nothing guarded")
     return rest

@@ -18,7 +18,7 @@ from cuda_agent.agent.analysis.facts import FIND_FIRST, Loop
 from cuda_agent.agent.analysis.forms import Form
 from cuda_agent.agent.analysis.values import text, unwrap
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, bound_terms
+from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, bound_terms, guarded_parts
 from cuda_agent.agent.proposers.rewrites._combine import (
     Unsupported,
     check_initial,
@@ -137,30 +137,12 @@ def _assumptions(tree: KernelTree, loop: Loop) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _guarded(tree: KernelTree, facts: KernelFacts) -> tuple[list[str], str, list[Node]]:
-    """(the statements before the bounds check, the check as a flag true in range, the statements it
-    guards), for `if (i >= n) return; ...` and `if (i < n) { ... }` alike."""
-    guard = facts.guard
-    assert guard is not None
-    top = [s for s in tree.body.named_children if s.type != "comment"]
-    position = next(n for n, s in enumerate(top) if s == guard.statement)
-    condition = guard.statement.child_by_field_name("condition")
-    assert condition is not None and condition.named_children
-    written = tree.text(condition.named_children[0])
-    before = [tree.text(s) for s in top[:position]]
-    if guard.early_return:
-        return before, f"!({written})", top[position + 1 :]
-    consequence = guard.statement.child_by_field_name("consequence")
-    assert consequence is not None
-    return before, written, [s for s in consequence.named_children if s.type != "comment"]
-
-
 def _body(tree: KernelTree, facts: KernelFacts, loop: Loop, width: int, height: int) -> str:
     """The kernel's statements in order, the bounds check as a flag: the loop for in-range outputs, the
     merge for every thread, then the statements after the loop for thread y = 0 of in-range outputs."""
     unit = tree.indent_unit()
     names = local_names(tree, "inside", "other", "other_at", "other_sum", "joint", "partial", "y")
-    before, flag, inner = _guarded(tree, facts)
+    before, flag, inner = _guarded_texts(tree, facts)
     at = next((n for n, s in enumerate(inner) if s == loop.node), None)
     if at is None:
         raise Unsupported("the loop is not under the bounds check")
@@ -196,7 +178,7 @@ def _passes_body(tree: KernelTree, facts: KernelFacts, loops: list[Loop], width:
     last reduction, in thread y = 0 of in-range outputs."""
     unit = tree.indent_unit()
     names = local_names(tree, "inside", "other", "other_at", "other_sum", "joint", "partial", "y")
-    before, flag, inner = _guarded(tree, facts)
+    before, flag, inner = _guarded_texts(tree, facts)
     at = [next((n for n, s in enumerate(inner) if s == loop.node), None) for loop in loops]
     if None in at:
         raise Unsupported("a loop is not directly under the bounds check")
@@ -360,3 +342,8 @@ def _merged(
                 lines.append(f"{unit}{accumulator} = {accumulator}_{names['partial']}[0][threadIdx.x];")
     lines.append("}")
     return lines
+
+
+def _guarded_texts(tree: KernelTree, facts: KernelFacts) -> tuple[list[str], str, list[Node]]:
+    before, flag, inner = guarded_parts(tree, facts)
+    return [tree.text(s) for s in before], flag, inner

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.kernels import Parameter
-from cuda_agent.agent.proposers.tree import Edit, KernelTree, candidate_from, kernel_tree, walk
+from cuda_agent.agent.proposers.tree import CACHED_LOADS, Edit, KernelTree, candidate_from, kernel_tree, walk
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
@@ -72,10 +72,6 @@ def _name(declarator: Node) -> Node | None:
     return inner if inner is not None and inner.type == "identifier" else None
 
 
-# Calls that take a read-only address (`__ldg(&x[i])`): the element stays const through them.
-_CONST_TAKING = ("__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv")
-
-
 def _reads_only(tree: KernelTree, name: str) -> bool:
     """Whether `const` on the pointer keeps the kernel compiling: each use reads an element (`x[i]`,
     also as a call's value), takes a read-only address (`__ldg(&x[i])`, `const float* row = x + k;`),
@@ -105,7 +101,7 @@ def _read_use(tree: KernelTree, node: Node, macros: set[str]) -> bool:
             function = tree.text(parent.child_by_field_name("function") or parent)
             if function in macros or ("cast" in function and not element):
                 return False
-            return element or function in _CONST_TAKING
+            return element or function in CACHED_LOADS  # a read-only address: the element stays const
         elif kind in ("assignment_expression", "update_expression"):
             target = parent.child_by_field_name("left" if kind == "assignment_expression" else "argument")
             if target is not None and target.start_byte <= node.start_byte < target.end_byte:
