@@ -17,6 +17,10 @@ torch is set to full precision before any oracle runs: cuDNN's default lets an f
 TF32 (max error 0.035 against float64 on the H200 where fp32 gives 1.3e-4), and fp16/bf16 matmuls may
 reduce in reduced precision. A reference in lower precision would reject honest fp32 kernels and pass a
 kernel that rounds its inputs to TF32.
+
+A tensor the oracle makes itself (`torch.arange(1, n + 1)`, `torch.ones(k)`) is made where the inputs are:
+each factory call without a `device=` gets the first input's (torch would make it on the CPU, and the
+expression would fail against the GPU's inputs, which a user reads as a broken oracle, not a choice).
 """
 
 from __future__ import annotations
@@ -97,15 +101,20 @@ def oracle_function(
     parameters = oracle_parameters(problem)
     known = {*parameters, *constants, *ORACLE_MODULES, *ORACLE_BUILTINS}
     body: list[ast.stmt] = []
+    if parameters:  # `_device = x.device`, for the factory calls (`_` names are ours: an oracle's are not)
+        device = ast.Attribute(ast.Name(parameters[0], ast.Load()), "device", ast.Load())
+        body.append(ast.Assign(targets=[ast.Name(DEVICE, ast.Store())], value=device))
     for name, expression in problem.oracle_intermediates:
-        value = _parse(expression, f"intermediate {name}", known)
+        value = _parse(expression, f"intermediate {name}", known, on_inputs_device=bool(parameters))
         body.append(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value))
         known.add(name)
     # Each output through `_written_out`: a kernel writes its output buffer, so an expression that is only
     # a view (`src.T`) must be made to write its result too, or torch would be timed doing nothing.
     results = [
         ast.Call(
-            ast.Name("_written_out", ast.Load()), [_parse(oracle[name], f"oracle for {name}", known)], []
+            ast.Name("_written_out", ast.Load()),
+            [_parse(oracle[name], f"oracle for {name}", known, on_inputs_device=bool(parameters))],
+            [],
         )
         for name in outputs
     ]
@@ -129,7 +138,7 @@ def oracle_function(
     return namespace["reference"], outputs
 
 
-def _parse(expression: str, what: str, known: set[str]) -> ast.expr:
+def _parse(expression: str, what: str, known: set[str], *, on_inputs_device: bool = False) -> ast.expr:
     try:
         tree = ast.parse(expression.strip(), mode="eval").body
     except SyntaxError as exc:
@@ -137,7 +146,34 @@ def _parse(expression: str, what: str, known: set[str]) -> ast.expr:
     problem = check_names(tree, known)
     if problem:
         raise OracleError(f"{what} ({expression!r}): {problem}")
-    return tree
+    return _OnInputsDevice().visit(tree) if on_inputs_device else tree
+
+
+# torch's functions that make a tensor from sizes or values alone, on the CPU unless told otherwise
+FACTORIES = frozenset(
+    {
+        "arange", "ones", "zeros", "full", "empty", "eye", "linspace", "logspace", "tensor", "as_tensor",
+        "rand", "randn", "randint", "tril_indices", "triu_indices",
+    }
+)  # fmt: skip
+DEVICE = "_device"
+
+
+class _OnInputsDevice(ast.NodeTransformer):
+    """`torch.arange(1, n + 1)` -> `torch.arange(1, n + 1, device=_device)`, where no device is given."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        function = node.func
+        if (
+            isinstance(function, ast.Attribute)
+            and isinstance(function.value, ast.Name)
+            and function.value.id == "torch"
+            and function.attr in FACTORIES
+            and not any(keyword.arg == "device" for keyword in node.keywords)
+        ):
+            node.keywords.append(ast.keyword("device", ast.Name(DEVICE, ast.Load())))
+        return node
 
 
 def check_names(tree: ast.AST, known: set[str]) -> str | None:

@@ -202,3 +202,29 @@ def test_full_precision_turns_off_tf32_and_reduced_precision_reductions() -> Non
         torch.set_float32_matmul_precision(saved[2])
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = saved[3]
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = saved[4]
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "torch.cumsum(x, 0) / torch.arange(1, n + 1)",  # a running mean
+        "x * torch.ones(n) + torch.zeros(n, dtype=torch.float32)",
+        "x + torch.linspace(0, 1, n) + torch.tensor([2.0]).expand(n)",
+        "torch.eye(n)[0] * x",
+    ],
+)
+def test_tensors_the_oracle_makes_are_made_where_its_inputs_are(expression: str) -> None:
+    """On the GPU an oracle's own `torch.arange(...)` would be a CPU tensor beside CUDA inputs and the
+    expression would fail; it is made on the inputs' device (here the meta device: any but the CPU)."""
+    import torch
+
+    arguments = (ArgumentPlan("x", "input", "float32", (8,)), ArgumentPlan("y", "output", "float32", (8,)))
+    problem = Problem("n=8", {"n": 8}, arguments, {}, {"y": expression})
+    function, _ = oracle_function(problem, constants_of(problem, {}), torch)
+    (value,) = function(torch.empty(8, device="meta"))
+    assert value.device.type == "meta" and value.shape == (8,)
+    # a device the oracle names stays its own
+    named = {"y": "x.cpu() + torch.ones(n, device='cpu')"}
+    function, _ = oracle_function(Problem("n=8", {"n": 8}, arguments, {}, named), {"n": 8}, torch)
+    assert function(torch.ones(8))[0].device.type == "cpu"

@@ -20,7 +20,8 @@ for w in "$tmp"/*.whl; do
   case $(basename "$w") in attrs-*|iniconfig-*|packaging-*|pluggy-*|pygments-*|pytest-[0-9]*) ;; *) cp "$w" .whl/ ;; esac
 done
 rm -rf "$tmp"
-# Ray's wheel (~79 MB) alone is over what a device call carries (64 MiB): its Java worker (ray/jars, 32 MB)
-# and its RLlib are dropped, which a Python-only pool never loads.
-python3 tools/slim_wheel.py .whl/ray-*.whl ray/jars/ ray/rllib/
+# Ray's wheel (~79 MB) alone is over what a device call carries (64 MiB, with the working tree): its Java
+# worker (ray/jars, 32 MB), RLlib and its libraries (Data, Serve, Tune, Train, LLM) are dropped, which a
+# Python-only task pool never loads.
+python3 tools/slim_wheel.py .whl/ray-*.whl ray/jars/ ray/rllib/ ray/data/ ray/serve/ ray/tune/ ray/train/ ray/llm/
 ls .whl && du -sh .whl
