@@ -226,10 +226,13 @@ def across_lanes(
     names: dict[str, str],
     width: int,
     indent: str | None = None,
+    cluster: int = 1,
 ) -> tuple[str, str | None]:
     """The code that finishes the reduction across the lanes, to go right after the loop: shuffles
     within a warp (or a group of lanes); for a block per output, then each warp's result through shared
-    memory, merged in the same order by every thread (all of them go on with the result)."""
+    memory, merged in the same order by every thread (all of them go on with the result); for a cluster
+    of blocks per output, then each block's result read from its shared memory by every thread of the
+    cluster, in rank order (every block goes on with the same result)."""
     indent = line_indent(tree, loop.node) if indent is None else indent
     unit = tree.indent_unit()
     value = reduction.accumulators[0]
@@ -266,7 +269,41 @@ def across_lanes(
             f"{unit}__syncthreads();  // the partials are read before they are written again",
             "}",
         ]
+    if cluster > 1:
+        lines += _across_cluster(others, merging, names, cluster, unit)
     return "".join(f"\n{indent}{line}" for line in lines), assumption
+
+
+def _across_cluster(
+    others: list[tuple[str, str, str]], merging: list[str], names: dict[str, str], cluster: int, unit: str
+) -> list[str]:
+    """Each block's result (held by all its threads) into its shared memory, then every thread reads the
+    cluster's blocks' results (distributed shared memory, sm_90) and merges them in rank order; the
+    cluster barriers order the writes before the reads, and the reads before any block exits."""
+    slots = [(f"{a}_{names['block_part']}", t, a, o) for o, t, a in others]
+    rank = names["rank"]
+
+    def read(slot: str, kind: str, at: str) -> str:
+        return f"*static_cast<const {kind}*>(__cluster_map_shared_rank(&{slot}, {at}))"
+
+    return [
+        f"// then the {cluster} blocks' results, read from each block's shared memory (distributed)",
+        "{",
+        *(f"{unit}__shared__ {t} {q};" for q, t, _, _ in slots),
+        f"{unit}if (threadIdx.x == 0) {{",
+        *(f"{unit}{unit}{q} = {a};" for q, _, a, _ in slots),
+        f"{unit}}}",
+        f"{unit}__cluster_barrier_arrive();  // every block's result written before any is read",
+        f"{unit}__cluster_barrier_wait();",
+        *(f"{unit}{a} = {read(q, t, '0')};" for q, t, a, _ in slots),
+        f"{unit}for (unsigned {rank} = 1; {rank} < {cluster}; ++{rank}) {{",
+        *(f"{unit}{unit}{t} {o} = {read(q, t, rank)};" for q, t, _, o in slots),
+        *(unit + unit + line for line in merging),
+        f"{unit}}}",
+        f"{unit}__cluster_barrier_arrive();  // read before any block goes on, or exits",
+        f"{unit}__cluster_barrier_wait();",
+        "}",
+    ]
 
 
 def _compact(reduction: Reduction, merge: list[str], others: list[tuple[str, str, str]]) -> str | None:

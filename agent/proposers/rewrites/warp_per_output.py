@@ -16,8 +16,10 @@ and full-mask shuffles are safe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from itertools import zip_longest
+from typing import NamedTuple
 
 from cuda_agent.agent.analysis import KernelFacts, analysed
 from cuda_agent.agent.analysis.facts import (
@@ -48,14 +50,30 @@ from cuda_agent.agent.proposers.tree import (
     walk,
 )
 from cuda_agent.agent.spec import LaunchSpec
+from cuda_agent.agent.spec.expressions import ExpressionError, evaluate
 from cuda_agent.agent.targets import KernelTarget
 from tree_sitter import Node
 
 PROPOSER = "rewrite:warp-per-output"
-# (lanes per output, threads per block): a whole warp for long loops, 8 lanes for short ones (a head
-# dimension of 64) where 32 lanes would idle; 4 warps a block suits outputs that are few; BLOCK is a whole
-# block per output, for rows so long (a vocabulary) that a warp each would leave the GPU half idle.
-SHAPES = ((32, 256), (32, 128), (8, 256), (BLOCK, 256), (BLOCK, 1024))
+
+
+class Shape(NamedTuple):
+    width: int  # lanes per output: 32, 8, or BLOCK (the whole block, or the whole cluster)
+    block: int  # threads per block
+    cluster: int = 1  # blocks per output (a thread block cluster), with width BLOCK
+
+
+# A whole warp for long loops, 8 lanes for short ones (a head dimension of 64) where 32 lanes would idle;
+# 4 warps a block suits outputs that are few; a whole block per output, for rows so long (a vocabulary)
+# that a warp each would leave the GPU half idle.
+SHAPES = (Shape(32, 256), Shape(32, 128), Shape(8, 256), Shape(BLOCK, 256), Shape(BLOCK, 1024))
+# Outputs fewer than the GPU's SMs (batch norm's 64 channels, each 100,000 values) leave most SMs idle
+# even at a block each: a cluster of 8 blocks (the portable most, sm_90) then shares each output, the
+# blocks' results merged through distributed shared memory; every block goes on with the result, so a
+# second pass over the same output (the variance about the mean) needs no second kernel.
+CLUSTER_SHAPES = (Shape(BLOCK, 512, 8), Shape(BLOCK, 256, 8))
+FEW_OUTPUTS = 132  # an H100's or H200's SMs
+CLUSTER_WORTHY = 32768  # elements an output, at the least, for 8 blocks of 256 threads to share
 # A split loop this long (at the benchmark's sizes) puts a block per output first: a warp's loads in
 # flight are too few to cover the memory's latency, a block's warps are not.
 LONG_LOOP = 8192
@@ -80,6 +98,7 @@ class _Owner:
     axis: str
     count: str  # the bound in kernel terms (parameters and macros)
     spec: str  # the same in the spec's terms
+    bound: Form  # the same as the analysis has it
 
 
 def propose(target: KernelTarget) -> list[Candidate]:
@@ -88,31 +107,42 @@ def propose(target: KernelTarget) -> list[Candidate]:
         return []
     tree, facts = found
     candidates = []
-    for width, block in SHAPES:
+    for shape in _shapes(tree, facts):
+        width, block, cluster = shape
         try:
-            body, owners, batch, distributed, assumptions = _rewrite(tree, facts, width)
+            body, owners, batch, distributed, assumptions = _rewrite(tree, facts, width, cluster)
         except (_Unsupported, Unsupported):
             return []
         owned = owners[0].spec if len(owners) == 1 else " * ".join(as_factor(o.spec) for o in owners)
         grid = [f"ceil_div({owned}, block.x // {width})" if width else owned]
+        if cluster > 1:
+            grid = [f"{as_factor(owned)} * {cluster}"]
         if batch:
             launch = target.spec.launch
             grid += ["1"] * (max(batch) - 1)
             for axis in range(1, max(batch) + 1):
                 grid[axis : axis + 1] = [launch.grid[axis] if axis in batch else "1"]
         group = {32: "warp", BLOCK: "block"}.get(width, f"group of {width} lanes")
+        if cluster > 1:
+            group = f"cluster of {cluster} blocks"
         per = ", ".join(o.name for o in reversed(owners))
         loops = ", ".join(dict.fromkeys(loop.variable for loop in distributed))
-        candidates.append(
-            build_candidate(
-                tree,
-                body=body,
-                launch=LaunchSpec(block=(block, *([1] * (len(grid) - 1))), grid=tuple(grid)),
-                description=f"one {group} per {per}, block {block}: loop {loops} split across the lanes",
-                proposer=PROPOSER,
-                assumptions=assumptions,
-            )
+        candidate = build_candidate(
+            tree,
+            body=body,
+            launch=LaunchSpec(block=(block, *([1] * (len(grid) - 1))), grid=tuple(grid)),
+            description=f"one {group} per {per}, block {block}: loop {loops} split across the lanes",
+            proposer=PROPOSER,
+            assumptions=assumptions,
         )
+        if cluster > 1:
+            clustered = _with_cluster_dims(tree, candidate.source, cluster)
+            if clustered is None:
+                continue
+            candidate = replace(candidate, source=clustered)
+        candidates.append(candidate)
+    if len(candidates) > len(SHAPES):
+        return candidates  # few outputs: the clusters lead
     trips = [at_benchmark(tree, loop.trip) if loop.trip is not None else None for loop in distributed]
     shortest = min((t for t in trips if t is not None), default=None) if None not in trips else None
     if shortest is not None and shortest >= BLOCK_WORTHY_LOOP:
@@ -122,15 +152,67 @@ def propose(target: KernelTarget) -> list[Candidate]:
         # SM waiting on their few loads (cross-entropy over 32000 logits, fused: 0.108 ms against 0.166
         # ms on the H100)
         shaped = list(zip(SHAPES, candidates, strict=True))
-        blocks = [c for (width, _), c in shaped if width == BLOCK]
-        warps = [c for (width, _), c in shaped if width != BLOCK]
+        blocks = [c for shape, c in shaped if shape.width == BLOCK]
+        warps = [c for shape, c in shaped if shape.width != BLOCK]
         pairs = zip_longest(blocks, warps) if shortest >= LONG_LOOP else zip_longest(warps, blocks)
         candidates = [c for pair in pairs for c in pair if c is not None]
     return candidates
 
 
+def _shapes(tree: KernelTree, facts: KernelFacts) -> tuple[Shape, ...]:
+    """SHAPES, led by CLUSTER_SHAPES where the outputs are fewer than the SMs and each is long."""
+    if facts.guard is None:
+        return SHAPES  # not rewritten at all (`_rewrite` says why)
+    try:
+        owners, batch = output_owners(tree, facts)
+    except (_Unsupported, Unsupported):
+        return SHAPES
+    outputs = 1
+    for owner in owners:
+        count = at_benchmark(tree, owner.bound)
+        outputs = outputs * count if count is not None else FEW_OUTPUTS
+    spec = tree.target.spec
+    for axis in batch:  # a batch along y or z multiplies the outputs
+        try:
+            outputs *= evaluate(spec.launch.grid[axis], spec.sizes) if spec is not None else FEW_OUTPUTS
+        except (ExpressionError, ArithmeticError, IndexError):
+            outputs *= FEW_OUTPUTS
+    if outputs >= FEW_OUTPUTS:
+        return SHAPES
+    top = [loop for loop in facts.loops if loop.depth == 0 and _distributable(loop)]
+    if not top or min(_elements(tree, facts, loop) for loop in top) < CLUSTER_WORTHY:
+        return SHAPES
+    return (*CLUSTER_SHAPES, *SHAPES)
+
+
+def _elements(tree: KernelTree, facts: KernelFacts, loop: Loop) -> int:
+    """The iterations of the loop and the loops nested in it that it is made of (batch norm's images and
+    their pixels), at the benchmark's sizes; 0 where a trip count is not known there."""
+    trip = at_benchmark(tree, loop.trip) if loop.trip is not None else None
+    if trip is None:
+        return 0
+    start, end = loop.node.start_byte, loop.node.end_byte
+    inside = [o for o in facts.loops if o.depth == loop.depth + 1 and start <= o.node.start_byte < end]
+    return trip * max((_elements(tree, facts, inner) for inner in inside), default=1)
+
+
+def _with_cluster_dims(tree: KernelTree, source: str, cluster: int) -> str | None:
+    """The candidate's kernel declared with its cluster's size, right after `__global__` (None where the
+    kernel's header does not spell it out)."""
+    kernel = tree.target.kernel
+    start, body = kernel.span.start_byte, kernel.body_span.start_byte
+    header = source.encode("utf-8")[start:body].decode("utf-8")
+    found = re.search(r"\b__global__\b", header)
+    if found is None:
+        return None
+    at = len(header[: found.end()].encode("utf-8")) + start
+    data = source.encode("utf-8")
+    attribute = f" __attribute__((cluster_dims({cluster}, 1, 1)))".encode()
+    return (data[:at] + attribute + data[at:]).decode("utf-8")
+
+
 def _rewrite(
-    tree: KernelTree, facts: KernelFacts, width: int
+    tree: KernelTree, facts: KernelFacts, width: int, cluster: int = 1
 ) -> tuple[str, list[_Owner], set[int], list[Loop], tuple[str, ...]]:
     if facts.uses_shared or facts.barriers or facts.guard is None:
         raise _Unsupported("shared memory, barriers or no bounds check")
@@ -163,18 +245,20 @@ def _rewrite(
         "group",
         "found",
         "other_found",
+        "rank",
+        "block_part",
     )
-    edits = owner_edits(tree, facts, owners, names, width)
+    edits = owner_edits(tree, facts, owners, names, width, cluster)
     assumptions: set[str] = set()
     for loop in distributed:
         # the lanes stride the loop itself, or the one loop nested in it that walks memory contiguously;
         # either way each lane's partial results are combined after the whole loop
-        edits += _loop_edits(tree, strided_loops[loop.node.start_byte], names, width)
+        edits += _loop_edits(tree, strided_loops[loop.node.start_byte], names, width, cluster)
         for reduction in loop.reductions:
             check_initial(tree, loop, reduction)
             if reduction.combine == FIND_FIRST:
                 edits += search_flag(tree, loop, reduction, names["found"])
-            combined, assumption = across_lanes(tree, loop, reduction, names, width)
+            combined, assumption = across_lanes(tree, loop, reduction, names, width, cluster=cluster)
             edits.append((loop.node.end_byte, loop.node.end_byte, combined))
             if assumption:
                 assumptions.add(assumption)
@@ -216,7 +300,7 @@ def output_owners(tree: KernelTree, facts: KernelFacts) -> tuple[list[_Owner], s
         if bound is None:
             raise _Unsupported(f"{index.name} has no bound in the bounds check")
         count, spec = _count(tree, bound.bound)
-        owners.append(_Owner(index.name, index.axis, count, spec))
+        owners.append(_Owner(index.name, index.axis, count, spec, bound.bound))
     axes = sorted(o.axis for o in owners)
     if axes not in (["x"], ["x", "y"]) or (len(axes) == 2 and 1 in batch):
         raise _Unsupported("not one index along x, or one along x and one along y")
@@ -371,7 +455,12 @@ def _in_a_store(facts: KernelFacts, access: Access) -> bool:
 
 
 def owner_edits(
-    tree: KernelTree, facts: KernelFacts, owners: list[_Owner], names: dict[str, str], width: int
+    tree: KernelTree,
+    facts: KernelFacts,
+    owners: list[_Owner],
+    names: dict[str, str],
+    width: int,
+    cluster: int = 1,
 ) -> list[Edit]:
     """The owner indices from the group's number (x fastest), and the lane declared before them."""
     warp, lane = names["warp"] if width == 32 else names["group"], names["lane"]
@@ -387,6 +476,12 @@ def owner_edits(
     number = f"blockIdx.x * (blockDim.x / {width}) + threadIdx.x / {width}" if width else "blockIdx.x"
     if not width:
         lanes = f"const int {lane} = threadIdx.x;  // the block's threads share this output's loops\n{indent}"
+    if cluster > 1:
+        number = f"blockIdx.x / {cluster}"
+        lanes = (
+            f"// the {cluster} blocks of a cluster (ranks blockIdx.x % {cluster}) share this output's loops\n"
+            f"{indent}const int {lane} = blockIdx.x % {cluster} * blockDim.x + threadIdx.x;\n{indent}"
+        )
     if len(owners) == 1:
         (owner,) = owners
         value = _initialiser(declarations[owner.name])
@@ -415,9 +510,10 @@ def _initialiser(declaration: Node) -> Node:
     return value
 
 
-def _loop_edits(tree: KernelTree, loop: Loop, names: dict[str, str], width: int) -> list[Edit]:
+def _loop_edits(tree: KernelTree, loop: Loop, names: dict[str, str], width: int, cluster: int) -> list[Edit]:
     """`for (int k = a; k < n; ++k)` -> `for (int k = a + lane; k < n; k += 32)`."""
-    return strided(tree, loop, names["lane"], str(width or "blockDim.x"))
+    step = str(width) if width else ("blockDim.x" if cluster == 1 else f"blockDim.x * {cluster}")
+    return strided(tree, loop, names["lane"], step)
 
 
 def lane_zero_stores(tree: KernelTree, facts: KernelFacts, distributed: list[Loop], lane: str) -> list[Edit]:
