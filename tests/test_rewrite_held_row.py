@@ -80,6 +80,21 @@ def test_the_points_row_is_read_once_before_the_centroid_loop() -> None:
     assert "float diff = points[i * D + d] - centroids[k * D + d];" in body  # longer rows: as written
     assert "not written through another pointer" in candidate.assumptions[0]
     registers_only(candidate.source, "kmeans_assign")
+    # D is 32 at the benchmark's sizes: that length gets its own copy of the loop, with no test an
+    # element; any other length up to 32 breaks out at its end
+    exact, other = body.split("if (D == 32) {", 1)[1].split("} else {", 1)
+    assert "break" not in exact and "float diff = points_row[d] - centroids[k * D + d];" in exact
+    assert "if (d >= D) break;" in other.split("} else {")[0]
+
+
+def test_a_length_known_when_compiled_is_held_at_that_size_with_the_loops_as_written() -> None:
+    (candidate,) = held_row.propose(_target(NEAREST, "nearest_l1"))
+    body = body_of(candidate, "nearest_l1")
+    assert (
+        "float queries_row[24];" in body and "for (int u = 0; u < 24; ++u) queries_row[u] = mine[u];" in body
+    )
+    assert "#pragma unroll\n            for (int d = 0; d < DIM; ++d) s += fabsf(queries_row[d]" in body
+    assert "break" not in body and "queries_held" not in body and "fabsf(mine[d]" not in body
 
 
 @needs_compiler

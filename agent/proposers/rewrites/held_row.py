@@ -119,6 +119,21 @@ def _held(
     row, flag, u = fresh_names(taken, f"{array}_row", f"{array}_held", "u")
     indent, inner_indent = line_indent(tree, outer.node), line_indent(tree, inner.node)
     at_u = tree.substituted(access.node, lambda n: u if n.type == "identifier" and text(n) == d else None)
+    reads_held = {_span(_loaded(a.node)) for a in reads}
+    if inner.bound.value() is not None:
+        # a length known when compiled (a macro): the row's own size, the loops as written, unrolled
+        return [
+            (
+                outer.node.start_byte,
+                outer.node.start_byte,
+                f"// the thread's row of {array} ({tree.text(access.node)}, {d} < {bound}) read once\n"
+                f"{indent}{element} {row}[{length}];\n"
+                f"{indent}#pragma unroll\n"
+                f"{indent}for (int {u} = 0; {u} < {length}; ++{u}) {row}[{u}] = {at_u};\n{indent}",
+            ),
+            (inner.node.start_byte, inner.node.start_byte, f"#pragma unroll\n{inner_indent}"),
+            *((start, end, f"{row}[{d}]") for start, end in sorted(reads_held)),
+        ], f"{array}[{tree.text(access.node).split('[', 1)[1].rstrip(']')}]"
     loads = (
         f"// the thread's row of {array} ({tree.text(access.node)}, {d} < {bound}) read once into registers\n"
         f"{indent}{element} {row}[{held}];\n"
@@ -129,7 +144,6 @@ def _held(
         f"{indent}        if ({u} < {bound}) {row}[{u}] = {at_u};\n"
         f"{indent}}}\n{indent}"
     )
-    reads_held = {_span(_loaded(a.node)) for a in reads}
     deeper = inner_indent + "        "
     held_body = "\n".join(
         deeper
@@ -143,22 +157,36 @@ def _held(
         for s in (statements(inner.body) if inner.body.type == "compound_statement" else [inner.body])
     )
     as_written = reindent(tree.text(inner.node), inner_indent, inner_indent + "    ").lstrip()
-    fast = (
-        f"if ({flag}) {{\n"
+    unrolled = (
         f"{inner_indent}    #pragma unroll\n"
         f"{inner_indent}    for (int {d} = 0; {d} < {held}; ++{d}) {{\n"
         f"{inner_indent}        if ({d} >= {bound}) break;\n"
         f"{held_body}\n"
         f"{inner_indent}    }}\n"
-        f"{inner_indent}}} else {{\n"
-        f"{inner_indent}    {as_written}\n"
-        f"{inner_indent}}}"
     )
+    if length == held and inner.bound.value() is None:
+        # the benchmark's length exactly, known only at run time: a copy of the loop for that length
+        # has no test an element, and the compiler folds the length into the other loads' offsets (the
+        # k-means centroid's `k * D + d`)
+        exact = unrolled.replace(f"{inner_indent}        if ({d} >= {bound}) break;\n", "")
+        unrolled = (
+            f"{inner_indent}    if ({bound} == {held}) {{  // the row's length at the benchmark's sizes\n"
+            f"{_deeper(exact, '    ')}"
+            f"{inner_indent}    }} else {{\n"
+            f"{_deeper(unrolled, '    ')}"
+            f"{inner_indent}    }}\n"
+        )
+    otherwise = f"{inner_indent}}} else {{\n{inner_indent}    {as_written}\n{inner_indent}}}"
+    fast = f"if ({flag}) {{\n{unrolled}{otherwise}"
     edits: list[Edit] = [
         (outer.node.start_byte, outer.node.start_byte, loads),
         (inner.node.start_byte, inner.node.end_byte, fast),
     ]
     return edits, f"{array}[{tree.text(access.node).split('[', 1)[1].rstrip(']')}]"
+
+
+def _deeper(lines: str, by: str) -> str:
+    return "".join(by + line if line.strip() else line for line in lines.splitlines(keepends=True))
 
 
 def _loaded(access: Node) -> Node:
