@@ -6,17 +6,21 @@ the pieces are not of one row length. The gpu-marked test verifies the chains an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cuda_agent.agent import optimize, search
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import device_source
 from cuda_agent.agent.proposers.rewrites import row_loop, vector_loop, warp_per_output
-from cuda_agent.agent.targets import KernelTarget
+from cuda_agent.agent.targets import KernelTarget, load_targets
 from cuda_agent.sandbox.compile import compile_kernel
 
 from tests.test_idioms import _target, needs_compiler
 from tests.test_rewrite_promote import chained, outside
 from tests.test_rewrite_warp_per_output import body_of
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Token and position embeddings added, one thread an output element: the bound through a local, the
 # guard an `if` around the work, the row taken apart again (`bt % T`) and the token looked up.
@@ -173,6 +177,15 @@ def test_an_inner_axis_taken_apart_by_chained_divisions() -> None:
     assert body.index("int w0 = ow * POOL_STRIDE - POOL_PAD;") > loop  # reads the column: stays in
     assert rows.launch is not None and rows.launch.grid == ("ceil_div(C * N * OH, block.x)",)
     assert warps
+
+
+def test_a_divisor_of_several_factors_keeps_its_parentheses() -> None:
+    """Bilinear upsampling takes its index apart by `out_w * out_h`, out_h being `2 * H`: the row's
+    part of that is `row / (2 * H)`, never `row / 2 * H` (which is (row / 2) * H)."""
+    (target,) = load_targets(ROOT / "bench" / "kernels" / "holdout" / "upsample_bilinear.cu").targets
+    for candidate in row_loop.propose(target):
+        body = body_of(candidate, "upsample_bilinear2x")
+        assert "int nc = (row / (2 * H));" in body and "int oh = row % out_h;" in body
 
 
 @needs_compiler

@@ -230,7 +230,9 @@ def _split(
     for node, operator, divisor, _ in found:
         k = exact_quotient(divisor, columns)
         assert k is not None
-        k_text = as_factor(spelled(k, {}))
+        k_text = spelled(k, {})
+        # a divisor or modulus of several factors keeps its parentheses: `row / 2 * H` is (row / 2) * H
+        k_text = k_text if k_text.isidentifier() or k_text.isdigit() else f"({k_text})"
         if k == Form.constant(1):
             split.pieces[_span(node)] = row if operator == "/" else col
         elif operator == "/":
