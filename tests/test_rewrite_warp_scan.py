@@ -91,9 +91,19 @@ def cumsum() -> KernelTarget:
 @needs_compiler
 def test_a_cumulative_sum_along_rows_becomes_a_warp_per_row_with_a_shuffle_scan() -> None:
     candidates = warp_scan.propose(cumsum())
-    assert [c.launch.block for c in candidates if c.launch] == [(256,), (128,)]
+    assert [c.launch.block for c in candidates if c.launch] == [(256,), (128,), (256,)]
+    # first four chunks a step: their four loads issued before any of their scans
     body = body_of(candidates[0], "cumsum_rows")
     assert "int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;" in body
+    assert "for (int chunk = 0; chunk < L; chunk += 128) {" in body
+    loads = body.index("mine[g] = j < L ? (float)(x[row * L + j]) : (float)0;")
+    scans = body.index("float other = __shfl_up_sync(0xffffffffu, mine[g], offset);")
+    assert (
+        loads < scans < body.index("running = before + mine[g];") < body.index("out[row * L + j] = running")
+    )
+    assert "running = before + __shfl_sync(0xffffffffu, mine[g], 31);" in body
+    # then one chunk a step
+    body = body_of(candidates[2], "cumsum_rows")
     assert "for (int chunk = 0; chunk < L; chunk += 32) {" in body
     assert "__shfl_up_sync(0xffffffffu, mine, offset)" in body
     assert "if (lane_in) { out[row * L + j] = running; }" in body
@@ -105,7 +115,7 @@ def test_a_cumulative_sum_along_rows_becomes_a_warp_per_row_with_a_shuffle_scan(
 
 @needs_compiler
 def test_stores_before_the_update_see_the_exclusive_total_and_a_store_after_the_loop_is_lane_zeros() -> None:
-    (candidate, _) = warp_scan.propose(_target(OFFSETS, "row_offsets"))
+    *_, candidate = warp_scan.propose(_target(OFFSETS, "row_offsets"))  # one chunk a step
     body = body_of(candidate, "row_offsets")
     exclusive = "offset = before + (lane > 0 ? previous : (int)0);"
     assert "const int previous = __shfl_up_sync(0xffffffffu, mine, 1);" in body
@@ -114,11 +124,14 @@ def test_stores_before_the_update_see_the_exclusive_total_and_a_store_after_the_
     assert "int mine = lane_in ? (int)(counts[r * L + j]) : (int)0;" in body
     assert "if (lane == 0) totals[r] = offset;" in body  # the row total, once
     assert compile_kernel(device_source(candidate.source), "row_offsets").ok
+    four = body_of(warp_scan.propose(_target(OFFSETS, "row_offsets"))[0], "row_offsets")
+    assert "const int previous = __shfl_up_sync(0xffffffffu, mine[g], 1);" in four
+    assert four.index(exclusive) < four.index("if (lane_in) { offsets[r * L + j] = offset; }")
 
 
 @needs_compiler
 def test_a_value_read_into_a_local_first_and_a_store_reading_the_index_are_kept() -> None:
-    (candidate, _) = warp_scan.propose(_target(RUNNING_MEAN, "running_mean"))
+    *_, candidate = warp_scan.propose(_target(RUNNING_MEAN, "running_mean"))
     body = body_of(candidate, "running_mean")
     assert "float mine = lane_in ? ((float)(x[b * T + t])) : (float)0;" in body
     assert "if (lane_in) { y[b * T + t] = acc / (t + 1); }" in body
