@@ -150,18 +150,22 @@ class Contraction:
     # What a (row, k) and a (col, k) element add to the sum: PRODUCT, or their SQUARED_DIFFERENCE or
     # ABSOLUTE_DIFFERENCE (pairwise distances: the same tiles, another step in the registers).
     combine: str = "product"
+    # The factors' and the sum's type: float, or double (the first template only: its tiles in shared
+    # memory, its registers and its fused multiply-adds in double, so the sum is as exact as written).
+    element: str = "float"
 
 
 PRODUCT, SQUARED_DIFFERENCE, ABSOLUTE_DIFFERENCE = "product", "squared difference", "absolute difference"
 
 
-def accumulated(combine: str, a: str, b: str, accum: str) -> str:
+def accumulated(combine: str, a: str, b: str, accum: str, element: str = "float") -> str:
     """The statement adding a row element `a` and a col element `b` into `accum`, for the combine."""
+    fma, fabs = ("fmaf", "fabsf") if element == "float" else ("fma", "fabs")
     if combine == SQUARED_DIFFERENCE:
-        return f"{accum} = fmaf({a} - {b}, {a} - {b}, {accum});"
+        return f"{accum} = {fma}({a} - {b}, {a} - {b}, {accum});"
     if combine == ABSOLUTE_DIFFERENCE:
-        return f"{accum} += fabsf({a} - {b});"
-    return f"{accum} = fmaf({a}, {b}, {accum});"
+        return f"{accum} += {fabs}({a} - {b});"
+    return f"{accum} = {fma}({a}, {b}, {accum});"
 
 
 def description(contraction: Contraction, shape: Shape) -> str:
@@ -233,7 +237,7 @@ def gemm_candidates(
             description=summary + description(contraction, shape),
             proposer=proposer,
             assumptions=(
-                f"the float sum over {contraction.k} is regrouped into fused multiply-adds "
+                f"the {contraction.element} sum over {contraction.k} is regrouped into fused multiply-adds "
                 "(within tolerance)",
             ),
         )
@@ -266,7 +270,7 @@ def output_statements(contraction: Contraction, pad: str, value: str, placed: bo
         condition = f"{row} < {contraction.rows} && {col} < {contraction.cols} && ({condition})"
     return f"""{before}
 {pad}if ({condition}) {{
-{pad}    float {contraction.accumulator} = {value};
+{pad}    {contraction.element} {contraction.accumulator} = {value};
 {body}
 {pad}}}"""
 
@@ -277,7 +281,7 @@ def output_statements(contraction: Contraction, pad: str, value: str, placed: bo
 # The locals `scalar_tiles` declares (see `template_names`).
 _SCALAR_LOCALS = (
     "BM", "BN", "BK", "As", "Bs", "tid", "tx", "ty", "row0", "col0", "accum", "a_next", "b_next", "tiles",
-    "t", "buf", "kk", "a_frag", "b_frag", "i", "j", "q", "v", "r", "c", "k0", "e",
+    "t", "buf", "kk", "a_frag", "b_frag", "i", "j", "q", "v", "v_hi", "r", "c", "k0", "e",
 )  # fmt: skip
 
 
@@ -285,6 +289,8 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     """The first template's kernel body, its locals named as `template_names` says."""
     n, match, quads_m, quads_n = names, contraction, shape.quads_m, shape.quads_n
     r, c, e, i = n["r"], n["c"], n["e"], n["i"]
+    kind = match.element
+    zero = "0.0f" if kind == "float" else "0.0"
     a_at = match.scalar_at[0].replace("{r}", r).replace("{c}", c)
     b_at = match.scalar_at[1].replace("{r}", r).replace("{c}", c)
     bm, bn, bk = n["BM"], n["BN"], n["BK"]
@@ -298,13 +304,13 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
         for (int {i} = 0; {i} < {bm} * {bk} / {THREADS}; ++{i}) {{
             const int {e} = {n["tid"]} + {i} * {THREADS};
             const int {r} = {n["row0"]} + {a_index[0]}, {c} = {k0} + {a_index[1]};
-            {n["a_next"]}[{i}] = ({r} < {match.rows} && {c} < {match.depth}) ? {a_at} : 0.0f;
+            {n["a_next"]}[{i}] = ({r} < {match.rows} && {c} < {match.depth}) ? {a_at} : {zero};
         }}
         #pragma unroll
         for (int {i} = 0; {i} < {bn} * {bk} / {THREADS}; ++{i}) {{
             const int {e} = {n["tid"]} + {i} * {THREADS};
             const int {r} = {k0} + {b_index[0]}, {c} = {n["col0"]} + {b_index[1]};
-            {n["b_next"]}[{i}] = ({r} < {match.depth} && {c} < {match.cols}) ? {b_at} : 0.0f;
+            {n["b_next"]}[{i}] = ({r} < {match.depth} && {c} < {match.cols}) ? {b_at} : {zero};
         }}"""
 
     def store(buf: str) -> str:
@@ -329,14 +335,14 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     // through shared memory in tiles of depth 16, double-buffered (the next tile's loads are in flight
     // while the current one is multiplied); out-of-range elements load as 0, so any sizes work.
     constexpr int {bm} = {64 * quads_m}, {bn} = {64 * quads_n}, {bk} = 16;
-    __shared__ __align__(16) float {n["As"]}[2][{bk}][{bm} + 4];  // +4: float4-aligned rows, fewer bank conflicts
-    __shared__ __align__(16) float {n["Bs"]}[2][{bk}][{bn}];
+    __shared__ __align__(16) {kind} {n["As"]}[2][{bk}][{bm} + 4];  // +4: 16-byte-aligned rows, fewer bank conflicts
+    __shared__ __align__(16) {kind} {n["Bs"]}[2][{bk}][{bn}];
 
     const int {n["tid"]} = threadIdx.x;
     const int {n["tx"]} = {n["tid"]} % 16, {n["ty"]} = {n["tid"]} / 16;
     const int {n["row0"]} = blockIdx.y * {bm}, {n["col0"]} = blockIdx.x * {bn};
-    float {n["accum"]}[4 * {quads_m}][4 * {quads_n}] = {{}};
-    float {n["a_next"]}[{bm} * {bk} / {THREADS}], {n["b_next"]}[{bn} * {bk} / {THREADS}];
+    {kind} {n["accum"]}[4 * {quads_m}][4 * {quads_n}] = {{}};
+    {kind} {n["a_next"]}[{bm} * {bk} / {THREADS}], {n["b_next"]}[{bn} * {bk} / {THREADS}];
     const int {n["tiles"]} = ({match.depth} + {bk} - 1) / {bk};
 
     {{
@@ -354,24 +360,20 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
         }}
         #pragma unroll
         for (int {n["kk"]} = 0; {n["kk"]} < {bk}; ++{n["kk"]}) {{
-            float {n["a_frag"]}[4 * {quads_m}], {n["b_frag"]}[4 * {quads_n}];
+            {kind} {n["a_frag"]}[4 * {quads_m}], {n["b_frag"]}[4 * {quads_n}];
             #pragma unroll
             for (int {n["q"]} = 0; {n["q"]} < {quads_m}; ++{n["q"]}) {{
-                const float4 {n["v"]} = *reinterpret_cast<const float4*>(&{n["As"]}[{n["buf"]}][{n["kk"]}][{n["q"]} * 64 + {n["ty"]} * 4]);
-                {n["a_frag"]}[4 * {n["q"]}] = {n["v"]}.x; {n["a_frag"]}[4 * {n["q"]} + 1] = {n["v"]}.y;
-                {n["a_frag"]}[4 * {n["q"]} + 2] = {n["v"]}.z; {n["a_frag"]}[4 * {n["q"]} + 3] = {n["v"]}.w;
+{_fragment(n, kind, "As", "a_frag", "ty")}
             }}
             #pragma unroll
             for (int {n["q"]} = 0; {n["q"]} < {quads_n}; ++{n["q"]}) {{
-                const float4 {n["v"]} = *reinterpret_cast<const float4*>(&{n["Bs"]}[{n["buf"]}][{n["kk"]}][{n["q"]} * 64 + {n["tx"]} * 4]);
-                {n["b_frag"]}[4 * {n["q"]}] = {n["v"]}.x; {n["b_frag"]}[4 * {n["q"]} + 1] = {n["v"]}.y;
-                {n["b_frag"]}[4 * {n["q"]} + 2] = {n["v"]}.z; {n["b_frag"]}[4 * {n["q"]} + 3] = {n["v"]}.w;
+{_fragment(n, kind, "Bs", "b_frag", "tx")}
             }}
             #pragma unroll
             for (int {i} = 0; {i} < 4 * {quads_m}; ++{i})
                 #pragma unroll
                 for (int {n["j"]} = 0; {n["j"]} < 4 * {quads_n}; ++{n["j"]})
-                    {accumulated(match.combine, f"{n['a_frag']}[{i}]", f"{n['b_frag']}[{n['j']}]", f"{n['accum']}[{i}][{n['j']}]")}
+                    {accumulated(match.combine, f"{n['a_frag']}[{i}]", f"{n['b_frag']}[{n['j']}]", f"{n['accum']}[{i}][{n['j']}]", kind)}
         }}
         // The other buffer was last read before the previous barrier, so it is free to fill now.
         if ({n["t"]} + 1 < {n["tiles"]}) {{
@@ -381,7 +383,7 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     }}
 
     // Each thread's rows are ty*4 .. ty*4+3 in each 64-row slab of the tile (columns likewise), so
-    // the float4 reads above are conflict-free; the user's statements after the loop run once per output.
+    // the 16-byte reads above are conflict-free; the user's statements after the loop run once per output.
     #pragma unroll
     for (int {i} = 0; {i} < 4 * {quads_m}; ++{i}) {{
         const int {row} = {n["row0"]} + ({i} / 4) * 64 + {n["ty"]} * 4 + {i} % 4;
@@ -392,6 +394,27 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
         }}
     }}
 }}"""  # noqa: E501
+
+
+def _fragment(n: dict[str, str], kind: str, tile: str, fragment: str, thread: str) -> str:
+    """A thread's 4 neighbouring elements of the tile's k-row `kk` in each 64 into its fragment: one
+    float4 read, or two double2 reads (16 bytes is the widest shared-memory read)."""
+    pad = " " * 16
+    at = f"&{n[tile]}[{n['buf']}][{n['kk']}][{n['q']} * 64 + {n[thread]} * 4]"
+    into = f"{n[fragment]}[4 * {n['q']}"
+    v, hi = n["v"], n["v_hi"]
+    if kind == "float":
+        return (
+            f"{pad}const float4 {v} = *reinterpret_cast<const float4*>({at});\n"
+            f"{pad}{into}] = {v}.x; {into} + 1] = {v}.y;\n"
+            f"{pad}{into} + 2] = {v}.z; {into} + 3] = {v}.w;"
+        )
+    return (
+        f"{pad}const double2 {v} = *reinterpret_cast<const double2*>({at});\n"
+        f"{pad}const double2 {hi} = *reinterpret_cast<const double2*>({at} + 2);\n"
+        f"{pad}{into}] = {v}.x; {into} + 1] = {v}.y;\n"
+        f"{pad}{into} + 2] = {hi}.x; {into} + 3] = {hi}.y;"
+    )
 
 
 # -- the second template: float4 loads, skipped tiles, the epilogue through shared memory --------------

@@ -79,6 +79,9 @@ SHAPES: tuple[Shape, ...] = (
 # follow SHAPES[0]. 16 deep: half the barriers for a tile's 16 outputs a thread (H100: the covariance
 # 0.378 -> 0.357 ms against 8 deep).
 SMALL_TILES = Shape(vector=True, quads_m=1, quads_n=1, depth=16)
+# double factors: the first kernel's 64x64 tiles, whose two buffers of each side (34 KiB) fit the static
+# 48 KiB of shared memory in double where larger ones do not
+DOUBLE_SHAPES = (Shape(vector=False, quads_m=1, quads_n=1),)
 TWO_WAVES = 2 * 132
 _IDENTITY = frozenset({"0", "0.0", "0.0f", "0.f", "0.0F", "0.F", "0."})
 
@@ -101,7 +104,11 @@ def propose(target: KernelTarget, shapes: Sequence[Shape] | None = None) -> list
     except _Unsupported:
         return []
     batch_grid = (match.batch_spec or target.spec.launch.grid[2]) if match.batch else None
-    if not all(_is_float(tree, p) for p in _arrays(facts)):
+    if all(_is_type(tree, p, "double", "float64") for p in _arrays(facts)):
+        match = replace(match, element="double", mirror=False)
+        shapes = fitting(target, DOUBLE_SHAPES if shapes is None else shapes)
+        return gemm_candidates(tree, match, shapes, proposer=PROPOSER, batch_grid=batch_grid)
+    if not all(_is_type(tree, p, "float", "float32") for p in _arrays(facts)):
         if match.combine != PRODUCT:
             return []  # the tensor cores multiply; a distance's differences are not products
         # half or bfloat16 factors, each one element as stored: the tensor cores multiply them exactly
@@ -149,12 +156,12 @@ def _arrays(facts: KernelFacts) -> set[str]:
     return {a.array for a in facts.accesses}
 
 
-def _is_float(tree: KernelTree, name: str) -> bool:
-    """float as written, or through an alias the spec followed (`DATA_TYPE`, `real_t`)."""
+def _is_type(tree: KernelTree, name: str, written: str, dtype: str) -> bool:
+    """The type as written (`float`), or through an alias the spec followed (`DATA_TYPE`, `real_t`)."""
     parameter = tree.parameter(name)
     argument = tree.target.spec.argument(name) if tree.target.spec is not None else None
     return parameter is not None and (
-        parameter.type == "float" or (argument is not None and argument.dtype == "float32")
+        parameter.type == written or (argument is not None and argument.dtype == dtype)
     )
 
 

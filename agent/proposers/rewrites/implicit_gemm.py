@@ -103,7 +103,7 @@ def propose(target: KernelTarget, shapes: Sequence[Shape] | None = None) -> list
     if shapes is None:
         shapes = NARROW_SHAPES if rows_at is not None and rows_at <= 64 else WIDE_SHAPES
     shapes = fitting(target, shapes)
-    if not shapes or not all(contraction._is_float(tree, p) for p in arrays):
+    if not shapes or not all(contraction._is_type(tree, p, "float", "float32") for p in arrays):
         return []
     summary = f"implicit GEMM: {nest.summary}; "
     return gemm_candidates(
