@@ -256,6 +256,15 @@ def test_follow_ups() -> None:
     ]
 
 
+def test_a_warp_a_block_is_followed_by_16_byte_loads() -> None:
+    """The slides' reduce0 made a warp a block by block-to-loop: its lanes' strided loop is the 16-byte
+    loads' to take at once (3.69x on the H100 with them), though they helped nowhere before."""
+    slides = load_targets(ROOT / "bench" / "kernels" / "holdout" / "reduce_slides.cu").find("reduce0")
+    assert slides is not None
+    (warps,) = PROPOSERS["rewrite:block-to-loop"](slides)
+    assert "rewrite:vector-loop" in follow_ups(warps, set(), list(PROPOSERS))
+
+
 def test_a_tiled_gemm_keeps_its_own_block() -> None:
     """The GEMM templates load their tiles with 256 threads: another block would leave parts unloaded
     (on the H100 every such combination was rejected as unwritten), so launch tuning is not run on them."""
