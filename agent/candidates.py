@@ -30,6 +30,9 @@ class Candidate:
     kernel_name: str | None = None
     launch: LaunchSpec | None = None
     include_dir: str | None = None
+    # The oldest GPU generation it compiles for, as a compute capability times ten (90: sm_90, for thread
+    # block clusters); 0 for any. A search on an older GPU does not propose it.
+    min_arch: int = 0
 
     @property
     def id(self) -> str:

@@ -50,6 +50,20 @@ def _launch_written(
     return proposer
 
 
+def for_arch(
+    propose: Callable[[KernelTarget], list[Candidate]], arch: str
+) -> Callable[[KernelTarget], list[Candidate]]:
+    """The proposer without the candidates that need a newer GPU than `arch` ("sm_80", "sm_90a")
+    compiles for: each would only fail to compile there."""
+    digits = "".join(ch for ch in arch.removeprefix("sm_").removeprefix("compute_") if ch.isdigit())
+    generation = int(digits) if digits else 0
+
+    def proposer(target: KernelTarget) -> list[Candidate]:
+        return [c for c in propose(target) if c.min_arch <= generation]
+
+    return proposer
+
+
 # Every offline proposer by name: `propose(target) -> list[Candidate]`, [] where it does not apply. Each
 # must also accept a target whose file is an earlier candidate's (the search combines them that way).
 # The search takes one candidate of each in turn, in this order: the analysis-driven rewrites and the
@@ -104,7 +118,7 @@ def optimize(
     if not baseline.usable:
         return OptimizeOutcome(baseline, (), None, explain_unusable(baseline))
     names = proposers or tuple(PROPOSERS)
-    chosen = {name: PROPOSERS[name] for name in names if name != LLM_PROPOSER}
+    chosen = {name: for_arch(PROPOSERS[name], engine.arch) for name in names if name != LLM_PROPOSER}
     progress = Progress(kernel=target.kernel.name)
     gate = SanitizerGate(engine, baseline) if sanitize else None
     confirmation = Confirmation(engine, baseline)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cuda_agent.agent.candidates import Candidate
 from cuda_agent.agent.device_source import device_source
+from cuda_agent.agent.optimize import PROPOSERS, for_arch
 from cuda_agent.agent.proposers.rewrites.warp_per_output import propose
 from cuda_agent.agent.spec import complete_sizes, resolve
 from cuda_agent.agent.targets import KernelTarget, load_targets
@@ -124,3 +125,14 @@ def test_clusters_verify_and_beat_a_block_per_output_on_the_gpu() -> None:
             best_cluster = max(r.speedup or 0 for r in results if CLUSTER in r.candidate.source)
             best_block = max(r.speedup or 0 for r in results if CLUSTER not in r.candidate.source)
             assert best_cluster > 1.3 * best_block, seen
+
+
+@pytest.mark.parametrize(
+    ("arch", "clusters"), [("sm_80", False), ("sm_89", False), ("sm_90", True), ("sm_90a", True)]
+)
+def test_a_gpu_older_than_sm_90_is_not_offered_clusters(arch: str, clusters: bool) -> None:
+    """Thread block clusters compile for sm_90 on: a search on an A100 or an L4 does not propose them
+    (each would only fail to compile there); the other shapes stay."""
+    proposed = for_arch(PROPOSERS["rewrite:warp-per-output"], arch)(batchnorm())
+    assert any(CLUSTER in c.source for c in proposed) == clusters
+    assert any(c.description.startswith("one block per c") for c in proposed)

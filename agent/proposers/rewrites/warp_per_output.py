@@ -139,7 +139,7 @@ def propose(target: KernelTarget) -> list[Candidate]:
             clustered = _with_cluster_dims(tree, candidate.source, cluster)
             if clustered is None:
                 continue
-            candidate = replace(candidate, source=clustered)
+            candidate = replace(candidate, source=clustered, min_arch=90)
         candidates.append(candidate)
     if len(candidates) > len(SHAPES):
         return candidates  # few outputs: the clusters lead
