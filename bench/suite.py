@@ -6,7 +6,8 @@ of those written after the optimizer was built, kinds it was not tuned on, measu
 conv2d_constant_mask; a third, written by a helper that had not seen the rewrites: kmeans_assign,
 pairwise_dist_fp64, upsample_bilinear, cumsum_rows, prelu_caffe_loop, leaky_relu_half2,
 cosine_similarity_rows, channel_sum_fp64, of which cumsum_rows and channel_sum_fp64 then led to
-rewrite:warp-scan and rewrite:atomic-sum before their first measurement)."""
+rewrite:warp-scan and rewrite:atomic-sum before their first measurement; then spmv_csr, the scalar CSR
+kernel, written with the spec's `offsets` distribution for its row pointers and not yet measured)."""
 
 from __future__ import annotations
 

@@ -159,9 +159,13 @@ def fill_random(out: cupy.ndarray, argument: ArgumentPlan, seed: int) -> None:
         out.fill(constant_of(dtype, dist.value if dist.value is not None else 0))
         return
     s = np.uint64(argument_seed(seed, argument))
-    if dist.kind == "integers":
+    if dist.kind in ("integers", "offsets"):
         span = max(1, int(dist.high) - int(dist.low))
         _kernel("int")(s, np.int64(int(dist.low)), np.uint64(span), out)
+        if dist.kind == "offsets":  # the counts summed: 0, c1, c1 + c2, ... (a CSR matrix's row pointers)
+            flat = out.reshape(-1)
+            flat[0] = 0
+            flat[...] = cupy.cumsum(flat)  # summed in the platform's integer, stored back in the dtype
         return
     kind = np.int32(0 if dist.kind == "normal" else 1)
     p0, p1 = (dist.mean, dist.std) if dist.kind == "normal" else (dist.low, dist.high)

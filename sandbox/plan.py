@@ -35,7 +35,8 @@ DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
 class Distribution:
     """How an input's values are drawn. `value` is for scalars fixed by the spec."""
 
-    kind: Literal["normal", "uniform", "integers", "value"] = "normal"
+    # offsets: 0, then each element the one before plus a count from [low, high) (CSR row pointers)
+    kind: Literal["normal", "uniform", "integers", "offsets", "value"] = "normal"
     mean: float = 0.0
     std: float = 1.0
     low: float = 0.0  # uniform: [low, high); integers: [low, high)

@@ -156,6 +156,23 @@ def test_bad_real_init_parameters_say_what_is_wrong():
     )
 
 
+@pytest.mark.parametrize(
+    ("init", "message"),
+    [
+        ('{ dist = "uniform", mean = 3 }', 'mean applies to dist = "normal", not uniform'),
+        (
+            '{ dist = "normal", low = 0 }',
+            'low applies to dist = "uniform", "integers" or "offsets", not normal',
+        ),
+    ],
+)
+def test_an_init_parameter_of_another_distribution_is_pointed_at(init: str, message: str):
+    """A parameter the distribution does not take would be silently ignored: it is refused on its key."""
+    args = VECTOR_ARGS.replace('shape = ["n"] }', f'shape = ["n"], init = {init} }}', 1)
+    error = the_error(scale_spec("value = 1.5", args=args))
+    assert error.message == message
+
+
 def test_real_expressions_directly():
     expression = parse_real_expression(" 2 * pi * r", ["r"])
     assert expression.names == {"r"} and expression.real

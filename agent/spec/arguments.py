@@ -35,7 +35,12 @@ INIT_KEYS = ("dist", "mean", "std", "low", "high", "fill")
 # What a fill may be, for messages.
 FILL_FORMS = 'a number, "inf", "-inf" or an expression of the sizes'
 # Which of those each distribution reads; zeros and ones are constant fills (accumulators start at 0).
-INIT_PARAMETERS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "integers": ("low", "high")}
+INIT_PARAMETERS = {
+    "normal": ("mean", "std"),
+    "uniform": ("low", "high"),
+    "integers": ("low", "high"),
+    "offsets": ("low", "high"),
+}
 
 
 def signature(kernel: Kernel) -> str:
@@ -320,14 +325,18 @@ class ArgumentChecker(Checker):
         if not is_float(dtype) and dist in ("normal", "uniform"):
             self.issue(dist_path, f'{dtype} values are drawn with dist = "integers" ({dist} draws floats)')
             return None
-        for key in INIT_PARAMETERS.keys() - set(INIT_PARAMETERS.get(dist, ())):
+        if is_float(dtype) and dist == "offsets":
+            self.issue(dist_path, f"offsets are indices: an integer dtype, not {dtype}")
+            return None
+        parameters = {key for keys in INIT_PARAMETERS.values() for key in keys}
+        for key in sorted(parameters - set(INIT_PARAMETERS.get(dist, ()))):
             if key in table:
-                owner = '"normal"' if key in ("mean", "std") else '"uniform" or "integers"'
+                owner = '"normal"' if key in ("mean", "std") else '"uniform", "integers" or "offsets"'
                 self.issue((*path, key), f"{key} applies to dist = {owner}, not {dist}", key=True)
         default = InitSpec.default(dtype, dist)
         # mean and std are real expressions (normal draws floats); low and high too, except for integers.
-        integer_bounds = dist == "integers"
-        why = 'dist = "integers" draws integers: its bounds are integers'
+        integer_bounds = dist in ("integers", "offsets")
+        why = f'dist = "{dist}" draws integers: its bounds are integers'
         values: dict[str, ValueExpr] = {}
         for key in ("mean", "std", "low", "high"):
             given = table.get(key, getattr(default, key))
@@ -343,8 +352,13 @@ class ArgumentChecker(Checker):
                 else ""
             )
             self.issue((*path, "std"), f"{shown}std must be > 0")
-        if dist in ("uniform", "integers"):
+        if dist in ("uniform", "integers", "offsets"):
             self.check_bounds(path, values["low"], values["high"], dtype, real=not integer_bounds)
+        low = self.evaluate(values["low"])
+        if dist == "offsets" and low is not None and low < 0:
+            self.issue(
+                (*path, "low"), f"offsets grow by counts from [low, high): low = {low} would shrink them"
+            )
         return InitSpec(dist, values["mean"], values["std"], values["low"], values["high"])  # type: ignore[arg-type]
 
     def fill(self, table: Mapping[str, Any], dtype: str, path: KeyPath) -> InitSpec | None:

@@ -13,7 +13,7 @@ from cuda_agent.agent.kernels import Span
 from cuda_agent.agent.spec.dtypes import is_float
 
 ROLES = ("input", "output", "inout", "scalar")
-DISTRIBUTIONS = ("normal", "uniform", "integers", "zeros", "ones")
+DISTRIBUTIONS = ("normal", "uniform", "integers", "offsets", "zeros", "ones")
 
 # A number as written, or an expression of the sizes: integer ("cols", "rows * 2") where the value is an
 # integer, real ("1 / sqrt(cols)") for float scalars and float init parameters.
@@ -40,9 +40,10 @@ class InitSpec:
 
     zeros/ones fill every element with 0/1 (an accumulator that the kernel adds into); dist "fill" fills
     every element with `fill` (`init = { fill = "-inf" }`: a running maximum's start), a number, "inf",
-    "-inf" or an expression of the sizes."""
+    "-inf" or an expression of the sizes. "offsets" are a CSR matrix's row pointers: 0, then each element
+    the one before plus a count drawn from [low, high) (rows of low to high - 1 entries)."""
 
-    dist: Literal["normal", "uniform", "integers", "zeros", "ones", "fill"] = "normal"
+    dist: Literal["normal", "uniform", "integers", "offsets", "zeros", "ones", "fill"] = "normal"
     mean: ValueExpr = 0.0
     std: ValueExpr = 1.0
     low: ValueExpr = 0
@@ -51,9 +52,12 @@ class InitSpec:
 
     @staticmethod
     def default(dtype: str, dist: str | None = None) -> InitSpec:
-        """normal(0, 1) for floats, integers in [0, 100) for integer dtypes; uniform is [0, 1)."""
+        """normal(0, 1) for floats, integers in [0, 100) for integer dtypes (offsets: counts in [0,
+        100)); uniform is [0, 1)."""
         dist = dist or ("normal" if is_float(dtype) else "integers")
-        return InitSpec("integers", low=0, high=100) if dist == "integers" else InitSpec(dist)  # type: ignore[arg-type]
+        if dist in ("integers", "offsets"):
+            return InitSpec(dist, low=0, high=100)  # type: ignore[arg-type]
+        return InitSpec(dist)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

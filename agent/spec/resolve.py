@@ -225,7 +225,8 @@ def _distribution(
         return Distribution(kind="value", value=float(fill) if is_float(argument.dtype) else fill)
     if init.dist == "fill":
         return Distribution(kind="value", value=_fill(spec, argument, sizes))
-    # The bounds of dist = "integers" are integer expressions, even for a float buffer.
+    # The bounds of dist = "integers" are integer expressions, even for a float buffer (offsets are
+    # integer buffers only: the parser says so).
     dtype = "int64" if init.dist == "integers" and is_float(argument.dtype) else argument.dtype
     low = _number(spec, (*path, "init", "low"), init.low, dtype, sizes, inclusive=True)
     high = _number(spec, (*path, "init", "high"), init.high, dtype, sizes, inclusive=False)

@@ -365,12 +365,26 @@ def _walks_contiguously(facts: KernelFacts, loop: Loop) -> bool:
     access that neighbouring threads already read together and the loop walks with a stride."""
     gains = False
     for access in facts.accesses_in(loop):
-        along, across = access.stride(loop.variable), access.stride(LANE)
+        along, across = access.stride(loop.variable), _across_lanes(facts, access, loop)
         if _unit(along) and (across is None or across.value() not in (0, 1)):
             gains = True
         if _unit(across) and (along is None or along.value() not in (0, 1)):
             return False
     return gains
+
+
+def _across_lanes(facts: KernelFacts, access: Access, loop: Loop) -> Form | None:
+    """The access's stride between neighbouring threads with its loop's start counted: a loop starting at
+    the thread's own place (`for (k = row * K; k < row * K + K; ++k) a[k]`, a CSR row's `rowptr[row]`)
+    moves every address with the thread, though the offset `k` alone does not. None where the start is
+    read from memory the thread picks (a row pointer): unknown, as for a gather."""
+    across = access.stride(LANE)
+    if across is None or access.stride(loop.variable) in (None, Form()):
+        return across
+    for atom in loop.start.atoms():
+        if atom.startswith("⟨") and LANE in facts.atoms.depends.get(atom, frozenset()):
+            return None
+    return access.offset.substitute(loop.variable, loop.start).coefficient(LANE)
 
 
 def _check_nothing_repeated(
