@@ -88,6 +88,8 @@ def test_the_epilogue_and_the_element_types_are_kept() -> None:
     (scores,) = propose(_target(SCORES))
     assert "scores[((size_t)bh * T + i) * T + j] = dot * scale;" in scores.source
     assert "__nv_bfloat16 As[2][BM][BK + 8];" in scores.source  # a typedef (bf16) of the same type
+    # WMMA takes half from Volta (sm_70) on, bfloat16 from Ampere (sm_80): older GPUs are not offered them
+    assert (half.min_arch, scores.min_arch) == (70, 80)
 
 
 # a sum kept in half, spelled with the half intrinsics

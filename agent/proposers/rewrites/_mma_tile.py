@@ -21,7 +21,7 @@ outputs of a row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cuda_agent.agent.analysis.values import expression_of, text, unwrap
 from cuda_agent.agent.candidates import Candidate
@@ -122,7 +122,7 @@ def mma_candidate(
     grid = [f"ceil_div({contraction.cols_spec}, {BN})", f"ceil_div({contraction.rows_spec}, {BM})"]
     if batch_grid is not None:
         grid.append(batch_grid)
-    return build_candidate(
+    candidate = build_candidate(
         tree,
         body=mma_tiles(local_names(tree, *MMA_LOCALS), contraction, a, b),
         launch=LaunchSpec(block=(THREADS,) + (1,) * (len(grid) - 1), grid=tuple(grid)),
@@ -134,6 +134,8 @@ def mma_candidate(
             "tensor cores, in another order (within tolerance)",
         ),
     )
+    # WMMA on half from sm_70 (Volta's tensor cores), on bfloat16 from sm_80
+    return replace(candidate, min_arch=80 if a.dtype == "bfloat16" else 70)
 
 
 def description(contraction: Contraction, dtype: str) -> str:
