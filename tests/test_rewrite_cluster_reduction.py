@@ -136,3 +136,42 @@ def test_a_gpu_older_than_sm_90_is_not_offered_clusters(arch: str, clusters: boo
     proposed = for_arch(PROPOSERS["rewrite:warp-per-output"], arch)(batchnorm())
     assert any(CLUSTER in c.source for c in proposed) == clusters
     assert any(c.description.startswith("one block per c") for c in proposed)
+
+
+# The maximum of each (batch, head) over 2^18 values: 32 outputs along two axes.
+HEAD_MAX = """/* cuda-agent
+[sizes]
+B = 4
+H = 8
+L = 262144
+[args]
+x = { role = "input", dtype = "float32", shape = ["B", "H", "L"] }
+m = { role = "output", dtype = "float32", shape = ["B", "H"] }
+B = { role = "scalar", dtype = "int32", value = "B" }
+H = { role = "scalar", dtype = "int32", value = "H" }
+L = { role = "scalar", dtype = "int32", value = "L" }
+[launch]
+block = [8, 4]
+grid = ["ceil_div(H, 8)", "ceil_div(B, 4)"]
+*/
+__global__ void head_max(const float* x, float* m, int B, int H, int L)
+{
+    int h = blockIdx.x * blockDim.x + threadIdx.x;
+    int b = blockIdx.y * blockDim.y + threadIdx.y;
+    if (b < B && h < H) {
+        float best = -1e30f;
+        for (int l = 0; l < L; ++l) best = fmaxf(best, x[(b * H + h) * L + l]);
+        m[b * H + h] = best;
+    }
+}
+"""
+
+
+@needs_compiler
+def test_outputs_along_two_axes_take_their_cluster_from_one_flat_number() -> None:
+    (first, _) = clustered(_target(HEAD_MAX, "head_max"))
+    assert first.launch is not None and first.launch.grid == ("H * B * 8",)
+    body = first.source.split("void head_max(")[1]
+    assert "// one cluster of 8 blocks per (b, h); its lanes share the loops below" in body
+    assert "const int group = blockIdx.x / 8;" in body and "int h = group % H;" in body
+    assert "best = fmaxf(best, other);" in body and not first.assumptions  # a maximum is exact

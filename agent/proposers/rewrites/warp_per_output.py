@@ -504,6 +504,8 @@ def owner_edits(
         return edits
     x, y = owners
     group = {32: "warp", BLOCK: "block"}.get(width, f"group of {width} lanes")
+    if cluster > 1:
+        group = f"cluster of {cluster} blocks"
     header = (
         f"// one {group} per ({y.name}, {x.name}); its lanes share the loops below\n{indent}"
         f"const int {warp} = {number};\n{indent}{lanes}"
