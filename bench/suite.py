@@ -7,7 +7,10 @@ conv2d_constant_mask; a third, written by a helper that had not seen the rewrite
 pairwise_dist_fp64, upsample_bilinear, cumsum_rows, prelu_caffe_loop, leaky_relu_half2,
 cosine_similarity_rows, channel_sum_fp64, of which cumsum_rows and channel_sum_fp64 then led to
 rewrite:warp-scan and rewrite:atomic-sum before their first measurement; then spmv_csr, the scalar CSR
-kernel, written with the spec's `offsets` distribution for its row pointers and not yet measured)."""
+kernel, written with the spec's `offsets` distribution for its row pointers; a fourth batch, written by a
+helper that had not seen the rewrites: heat3d_jacobi, l2_normalize_rows, kde_gaussian, softmax_xent_rows,
+avgpool2d_3x3, of which softmax_xent_rows, its rows read through a `LOGIT(b, v)` macro, showed the
+analysis losing loads read through a macro before any of them was measured)."""
 
 from __future__ import annotations
 

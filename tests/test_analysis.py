@@ -367,3 +367,20 @@ def test_an_index_taken_apart_in_place_has_its_value_at_each_statement() -> None
     for (int k = 0; k < 2; k++) { i /= cols; }
     y[i] = x[i];""")
     assert loads(looped) != ["blockDim.x*blockIdx.x + threadIdx.x"]
+
+
+def test_loads_read_through_a_macro_are_placed_at_each_call_in_its_loop() -> None:
+    """`#define AT(r, c) x[(r) * cols + (c)]` used in two loops and after them: three loads, each at its
+    own call with its own loop (the macro's text is parsed apart, the same nodes for every call, so they
+    once collapsed into the last one, outside any loop); the maximum taken through it is a reduction."""
+    facts = facts_of(
+        "int r = blockIdx.x * blockDim.x + threadIdx.x; if (r >= rows) return; float m = -1e30f;\n"
+        "for (int c = 0; c < cols; c++) { if (AT(r, c) > m) m = AT(r, c); }\n"
+        "float s = 0.0f; for (int c = 0; c < cols; c++) s += expf(AT(r, c) - m);\n"
+        "y[r * cols] = s + AT(r, 0);",
+        before="#define AT(r, c) x[(size_t)(r) * cols + (c)]\n",
+    )
+    placed = sorted((len(a.loops), a.offset.text()) for a in facts.accesses if a.array == "x")
+    row_start = "blockDim.x*blockIdx.x*cols + cols*threadIdx.x"
+    assert placed == [(0, row_start), (1, ROW_READ), (1, ROW_READ), (1, ROW_READ)]
+    assert [[r.combine for r in loop.reductions] for loop in facts.loops] == [[MAX], [SUM]]

@@ -647,3 +647,31 @@ def test_split_loops_verify_and_beat_the_originals_on_the_gpu() -> None:
             assert any(r.status == "faster" for r in results), [
                 (r.candidate.description, r.status) for r in results
             ]
+
+
+MACRO_ROWS = (
+    ROW_SPEC.format(out_shape='["rows"]')
+    + """#define AT(r, c) x[(size_t)(r) * cols + (c)]
+__global__ void k(const float* x, float* y, int rows, int cols) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float m = -INFINITY;
+    for (int c = 0; c < cols; c++) {
+        if (AT(r, c) > m) m = AT(r, c);
+    }
+    float s = 0.0f;
+    for (int c = 0; c < cols; c++) s += expf(AT(r, c) - m);
+    y[r] = logf(s) + m;
+}
+"""
+)
+
+
+@needs_compiler
+def test_a_row_read_through_a_macro_around_the_whole_load_is_split() -> None:
+    """`#define AT(r, c) x[...]`: the loads are the macro's calls, each in its loop, and the maximum taken
+    through it is a reduction like any other (a cross-entropy first draft's `LOGIT(b, v)`)."""
+    first = check(_target(MACRO_ROWS, "k"))[0]
+    body = body_of(first)
+    assert body.count("for (int c = lane; c < cols; c += 32)") == 2
+    assert "if (other > m) m = other;" in body and "if (lane == 0) y[r] = logf(s) + m;" in body

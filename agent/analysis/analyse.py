@@ -346,11 +346,18 @@ class _Walker:
             else:
                 self.unmodelled.append(target)
 
-    def _loaded(self, node: Node, base: str, offset: Form) -> None:
-        self._record(node, Pointer(base, offset), write=False, read=True)
+    def _loaded(self, node: Node, base: str, offset: Form, site: Node | None = None) -> None:
+        self._record(node, Pointer(base, offset), write=False, read=True, site=site)
 
-    def _record(self, node: Node, place: Pointer, *, write: bool, read: bool) -> None:
-        key = (node.start_byte, node.end_byte, write)
+    def _record(
+        self, node: Node, place: Pointer, *, write: bool, read: bool, site: Node | None = None
+    ) -> None:
+        """One access. A load in a macro's or helper's expansion is placed at the kernel's call (`LOGIT(b,
+        v)` in a loop): the expansion's own nodes are parsed apart, the same for every call."""
+        key: tuple[int, ...] = (node.start_byte, node.end_byte, write)
+        if site is not None:
+            key = (site.start_byte, site.end_byte, *key)
+            node = site
         hidden: set[str] = set()
         for atom in place.offset.atoms():
             if atom.startswith("⟨"):

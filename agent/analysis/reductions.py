@@ -353,7 +353,9 @@ def _single(node: Node, name: str) -> _Single | None:
         fused = name_of in FUSED_MULTIPLY_ADDS and len(args) == 3
         if fused and _is(args[2], name) and not (_mentions(args[0], name) or _mentions(args[1], name)):
             return _Single(SUM, "+")
-        return None
+        if _mentions(right, name):
+            return None
+        # else a value read through a macro or a helper (`if (LOGIT(b, v) > m) m = LOGIT(b, v);`): below
     if right.type == "conditional_expression":
         combine = _select(right, name)
         return _Single(combine, "?:") if combine is not None else None

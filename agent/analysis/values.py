@@ -141,7 +141,9 @@ class Values:
     definitions: Definitions
     pointers: frozenset[str]  # the kernel's pointer parameters
     bindings: dict[str, Bound] = field(default_factory=dict)
-    on_load: Callable[[Node, str, Form], None] | None = None  # reports each load (node, base, offset)
+    # reports each load: (node, base, offset, site), site the kernel's own call a macro or helper it is
+    # read through was expanded from (its node is the expansion's, parsed apart), else None
+    on_load: Callable[[Node, str, Form, Node | None], None] | None = None
     on_unmodelled: Callable[[Node], None] | None = None  # reports each load it cannot place
     # builtins the launch fixes (a 1-D grid: blockIdx.y is 0, gridDim.y is 1), so that a block number made
     # one line of a 2-D grid (`blockIdx.x + blockIdx.y * gridDim.x`) reads as the 1-D one it is there
@@ -150,6 +152,7 @@ class Values:
     # atom of its index) that work may move between threads with, not a load the analysis lost track of
     constants: frozenset[str] = frozenset()
     _depth: int = 0
+    _site: Node | None = None  # the outermost call being expanded, in the kernel's own text
 
     def form(self, node: Node, scope: dict[str, Bound] | None = None) -> Form:
         """The value of an integer expression; an opaque atom where it is not a polynomial."""
@@ -251,7 +254,7 @@ class Values:
 
     def _loaded(self, node: Node, place: Pointer) -> Form:
         if self.on_load is not None:
-            self.on_load(node, place.base, place.offset)
+            self.on_load(node, place.base, place.offset, self._site)
         return self.atoms.opaque(f"{place.base}[{place.offset.text()}]", (place.offset,), memory=True)
 
     def _name(self, name: str, scope: dict[str, Bound] | None) -> Form:
@@ -302,10 +305,13 @@ class Values:
             inner: dict[str, Bound] = dict(zip(inline.parameters, forms, strict=True))
             self._depth += 1
             saved, self.bindings = self.bindings, {}
+            site = self._site
+            self._site = site if site is not None else node
             try:
                 return self.form(inline.body, inner)
             finally:
                 self.bindings = saved
+                self._site = site
                 self._depth -= 1
         return self.atoms.opaque(f"{name}({', '.join(f.text() for f in forms)})", forms)
 
