@@ -11,7 +11,10 @@ starts at `lane` and steps by 32 (neighbouring lanes touch neighbouring elements
 memory contiguously), each accumulator is combined across the warp with `__shfl_xor_sync` right after
 its loop (every lane then holds the result, as later statements expect), and stores outside the loops
 are done by lane 0. A warp owns one output, so the bounds check and any early return are warp-uniform
-and full-mask shuffles are safe.
+and full-mask shuffles are safe. The same with a group of 8 lanes, a whole block (the warps' results
+merged through shared memory) or, for outputs fewer than the SMs, a cluster of 8 blocks (the blocks'
+results merged through distributed shared memory, `_combine._across_cluster`). A loop starting at the
+thread's own place (`for (k = row * K; ...)`, a CSR row's `row_ptr[row]`) counts as moving with it.
 """
 
 from __future__ import annotations

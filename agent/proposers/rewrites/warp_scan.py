@@ -11,6 +11,7 @@ Rewritten with the user's statements kept: the owner index from the warp's numbe
 row a warp-wide chunk at a time, lane l at element j = chunk + l; each lane's value is summed with the
 lanes before it by `__shfl_up_sync` (a log-step scan), the chunk's stores run on each lane with the running
 total as the original had it at j, and the chunk's total, from lane 31, carries on to the next chunk.
+The first candidates take four chunks a step: their loads issued together, their scans interleaved.
 Floating-point sums are reassociated (an assumption the candidate states); integer ones are exact.
 """
 
