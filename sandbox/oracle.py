@@ -105,16 +105,14 @@ def oracle_function(
         device = ast.Attribute(ast.Name(parameters[0], ast.Load()), "device", ast.Load())
         body.append(ast.Assign(targets=[ast.Name(DEVICE, ast.Store())], value=device))
     for name, expression in problem.oracle_intermediates:
-        value = _parse(expression, f"intermediate {name}", known, on_inputs_device=bool(parameters))
+        value = _parse(expression, f"intermediate {name}", known)
         body.append(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value))
         known.add(name)
     # Each output through `_written_out`: a kernel writes its output buffer, so an expression that is only
     # a view (`src.T`) must be made to write its result too, or torch would be timed doing nothing.
     results = [
         ast.Call(
-            ast.Name("_written_out", ast.Load()),
-            [_parse(oracle[name], f"oracle for {name}", known, on_inputs_device=bool(parameters))],
-            [],
+            ast.Name("_written_out", ast.Load()), [_parse(oracle[name], f"oracle for {name}", known)], []
         )
         for name in outputs
     ]
@@ -129,6 +127,8 @@ def oracle_function(
         returns=None,
         type_params=[],
     )
+    if parameters:
+        function = _OnInputsDevice().visit(function)
     module = ast.fix_missing_locations(ast.Module([function], type_ignores=[]))
     namespace: dict[str, Any] = {
         "__builtins__": builtins, "torch": torch, "math": math, "F": torch.nn.functional,
@@ -138,7 +138,7 @@ def oracle_function(
     return namespace["reference"], outputs
 
 
-def _parse(expression: str, what: str, known: set[str], *, on_inputs_device: bool = False) -> ast.expr:
+def _parse(expression: str, what: str, known: set[str]) -> ast.expr:
     try:
         tree = ast.parse(expression.strip(), mode="eval").body
     except SyntaxError as exc:
@@ -146,7 +146,7 @@ def _parse(expression: str, what: str, known: set[str], *, on_inputs_device: boo
     problem = check_names(tree, known)
     if problem:
         raise OracleError(f"{what} ({expression!r}): {problem}")
-    return _OnInputsDevice().visit(tree) if on_inputs_device else tree
+    return tree
 
 
 # torch's functions that make a tensor from sizes or values alone, on the CPU unless told otherwise

@@ -354,8 +354,7 @@ class ArgumentChecker(Checker):
             self.issue((*path, "std"), f"{shown}std must be > 0")
         if dist in ("uniform", "integers", "offsets"):
             self.check_bounds(path, values["low"], values["high"], dtype, real=not integer_bounds)
-        low = self.evaluate(values["low"])
-        if dist == "offsets" and low is not None and low < 0:
+        if dist == "offsets" and (low := self.evaluate(values["low"])) is not None and low < 0:
             self.issue(
                 (*path, "low"), f"offsets grow by counts from [low, high): low = {low} would shrink them"
             )

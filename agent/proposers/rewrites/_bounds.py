@@ -96,6 +96,12 @@ def as_factor(expression: str) -> str:
     return f"({expression})" if any(op in expression for op in "+-/%") else expression
 
 
+def as_operand(expression: str) -> str:
+    """A name or a number as it is, anything else parenthesised: ready to divide by (`row / (2 * H)`,
+    where `as_factor`'s `row / 2 * H` would be (row / 2) * H)."""
+    return expression if expression.isidentifier() or expression.isdigit() else f"({expression})"
+
+
 def at_benchmark(tree: KernelTree, form: Form) -> int | None:
     """The form's value at the spec's benchmark sizes (a loop's trip count there), or None where it is
     not made of sizes."""

@@ -156,11 +156,13 @@ class Contraction:
 
 
 PRODUCT, SQUARED_DIFFERENCE, ABSOLUTE_DIFFERENCE = "product", "squared difference", "absolute difference"
+# Each element type's zero, fused multiply-add and magnitude, as the templates write them.
+_SPELLING = {"float": ("0.0f", "fmaf", "fabsf"), "double": ("0.0", "fma", "fabs")}
 
 
 def accumulated(combine: str, a: str, b: str, accum: str, element: str = "float") -> str:
     """The statement adding a row element `a` and a col element `b` into `accum`, for the combine."""
-    fma, fabs = ("fmaf", "fabsf") if element == "float" else ("fma", "fabs")
+    _, fma, fabs = _SPELLING[element]
     if combine == SQUARED_DIFFERENCE:
         return f"{accum} = {fma}({a} - {b}, {a} - {b}, {accum});"
     if combine == ABSOLUTE_DIFFERENCE:
@@ -290,7 +292,7 @@ def scalar_tiles(names: dict[str, str], contraction: Contraction, shape: Shape) 
     n, match, quads_m, quads_n = names, contraction, shape.quads_m, shape.quads_n
     r, c, e, i = n["r"], n["c"], n["e"], n["i"]
     kind = match.element
-    zero = "0.0f" if kind == "float" else "0.0"
+    zero = _SPELLING[kind][0]
     a_at = match.scalar_at[0].replace("{r}", r).replace("{c}", c)
     b_at = match.scalar_at[1].replace("{r}", r).replace("{c}", c)
     bm, bn, bk = n["BM"], n["BN"], n["BK"]

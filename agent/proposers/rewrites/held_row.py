@@ -120,6 +120,7 @@ def _held(
     indent, inner_indent = line_indent(tree, outer.node), line_indent(tree, inner.node)
     at_u = tree.substituted(access.node, lambda n: u if n.type == "identifier" and text(n) == d else None)
     reads_held = {_span(_loaded(a.node)) for a in reads}
+    shown = f"{array}[{tree.text(access.node).split('[', 1)[1].rstrip(']')}]"
     if inner.bound.value() is not None:
         # a length known when compiled (a macro): the row's own size, the loops as written, unrolled
         return [
@@ -133,7 +134,7 @@ def _held(
             ),
             (inner.node.start_byte, inner.node.start_byte, f"#pragma unroll\n{inner_indent}"),
             *((start, end, f"{row}[{d}]") for start, end in sorted(reads_held)),
-        ], f"{array}[{tree.text(access.node).split('[', 1)[1].rstrip(']')}]"
+        ], shown
     loads = (
         f"// the thread's row of {array} ({tree.text(access.node)}, {d} < {bound}) read once into registers\n"
         f"{indent}{element} {row}[{held}];\n"
@@ -157,32 +158,34 @@ def _held(
         for s in (statements(inner.body) if inner.body.type == "compound_statement" else [inner.body])
     )
     as_written = reindent(tree.text(inner.node), inner_indent, inner_indent + "    ").lstrip()
-    unrolled = (
-        f"{inner_indent}    #pragma unroll\n"
-        f"{inner_indent}    for (int {d} = 0; {d} < {held}; ++{d}) {{\n"
-        f"{inner_indent}        if ({d} >= {bound}) break;\n"
-        f"{held_body}\n"
-        f"{inner_indent}    }}\n"
-    )
-    if length == held and inner.bound.value() is None:
-        # the benchmark's length exactly, known only at run time: a copy of the loop for that length
-        # has no test an element, and the compiler folds the length into the other loads' offsets (the
-        # k-means centroid's `k * D + d`)
-        exact = unrolled.replace(f"{inner_indent}        if ({d} >= {bound}) break;\n", "")
-        unrolled = (
+
+    def unrolled(checked: bool) -> str:
+        check = f"{inner_indent}        if ({d} >= {bound}) break;\n" if checked else ""
+        return (
+            f"{inner_indent}    #pragma unroll\n"
+            f"{inner_indent}    for (int {d} = 0; {d} < {held}; ++{d}) {{\n"
+            f"{check}{held_body}\n"
+            f"{inner_indent}    }}\n"
+        )
+
+    loops = unrolled(checked=True)
+    if length == held:  # the length is known only at run time here (a compile-time one returned above)
+        # the benchmark's length exactly: a copy of the loop for it has no test an element, and the
+        # compiler folds the length into the other loads' offsets (the k-means centroid's `k * D + d`)
+        loops = (
             f"{inner_indent}    if ({bound} == {held}) {{  // the row's length at the benchmark's sizes\n"
-            f"{_deeper(exact, '    ')}"
+            f"{_deeper(unrolled(checked=False), '    ')}"
             f"{inner_indent}    }} else {{\n"
-            f"{_deeper(unrolled, '    ')}"
+            f"{_deeper(loops, '    ')}"
             f"{inner_indent}    }}\n"
         )
     otherwise = f"{inner_indent}}} else {{\n{inner_indent}    {as_written}\n{inner_indent}}}"
-    fast = f"if ({flag}) {{\n{unrolled}{otherwise}"
+    fast = f"if ({flag}) {{\n{loops}{otherwise}"
     edits: list[Edit] = [
         (outer.node.start_byte, outer.node.start_byte, loads),
         (inner.node.start_byte, inner.node.end_byte, fast),
     ]
-    return edits, f"{array}[{tree.text(access.node).split('[', 1)[1].rstrip(']')}]"
+    return edits, shown
 
 
 def _deeper(lines: str, by: str) -> str:

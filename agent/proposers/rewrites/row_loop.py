@@ -35,7 +35,13 @@ from cuda_agent.agent.analysis.forms import Atoms, Form, exact_quotient
 from cuda_agent.agent.analysis.preprocessor import kernel_definitions
 from cuda_agent.agent.analysis.values import Values, unwrap
 from cuda_agent.agent.candidates import Candidate
-from cuda_agent.agent.proposers.rewrites._bounds import NotInSizes, as_factor, bound_terms, spelled
+from cuda_agent.agent.proposers.rewrites._bounds import (
+    NotInSizes,
+    as_factor,
+    as_operand,
+    bound_terms,
+    spelled,
+)
 from cuda_agent.agent.proposers.rewrites._one_thread import (
     Unsupported,
     check_statements,
@@ -230,9 +236,7 @@ def _split(
     for node, operator, divisor, _ in found:
         k = exact_quotient(divisor, columns)
         assert k is not None
-        k_text = spelled(k, {})
-        # a divisor or modulus of several factors keeps its parentheses: `row / 2 * H` is (row / 2) * H
-        k_text = k_text if k_text.isidentifier() or k_text.isdigit() else f"({k_text})"
+        k_text = as_operand(spelled(k, {}))
         if k == Form.constant(1):
             split.pieces[_span(node)] = row if operator == "/" else col
         elif operator == "/":

@@ -125,16 +125,14 @@ def propose(target: KernelTarget) -> list[Candidate]:
             grid += ["1"] * (max(batch) - 1)
             for axis in range(1, max(batch) + 1):
                 grid[axis : axis + 1] = [launch.grid[axis] if axis in batch else "1"]
-        group = {32: "warp", BLOCK: "block"}.get(width, f"group of {width} lanes")
-        if cluster > 1:
-            group = f"cluster of {cluster} blocks"
         per = ", ".join(o.name for o in reversed(owners))
         loops = ", ".join(dict.fromkeys(loop.variable for loop in distributed))
         candidate = build_candidate(
             tree,
             body=body,
             launch=LaunchSpec(block=(block, *([1] * (len(grid) - 1))), grid=tuple(grid)),
-            description=f"one {group} per {per}, block {block}: loop {loops} split across the lanes",
+            description=f"one {_group(width, cluster)} per {per}, block {block}: loop {loops} split across "
+            "the lanes",
             proposer=PROPOSER,
             assumptions=assumptions,
         )
@@ -202,16 +200,13 @@ def _elements(tree: KernelTree, facts: KernelFacts, loop: Loop) -> int:
 def _with_cluster_dims(tree: KernelTree, source: str, cluster: int) -> str | None:
     """The candidate's kernel declared with its cluster's size, right after `__global__` (None where the
     kernel's header does not spell it out)."""
-    kernel = tree.target.kernel
-    start, body = kernel.span.start_byte, kernel.body_span.start_byte
-    header = source.encode("utf-8")[start:body].decode("utf-8")
-    found = re.search(r"\b__global__\b", header)
+    kernel = tree.target.kernel  # the candidate's text up to the body is the original's
+    found = re.search(rb"\b__global__\b", tree.data[kernel.span.start_byte : kernel.body_span.start_byte])
     if found is None:
         return None
-    at = len(header[: found.end()].encode("utf-8")) + start
+    at = kernel.span.start_byte + found.end()
     data = source.encode("utf-8")
-    attribute = f" __attribute__((cluster_dims({cluster}, 1, 1)))".encode()
-    return (data[:at] + attribute + data[at:]).decode("utf-8")
+    return (data[:at] + f" __attribute__((cluster_dims({cluster}, 1, 1)))".encode() + data[at:]).decode()
 
 
 def _rewrite(
@@ -506,11 +501,8 @@ def owner_edits(
         edits.append((first.start_byte, first.start_byte, lanes))
         return edits
     x, y = owners
-    group = {32: "warp", BLOCK: "block"}.get(width, f"group of {width} lanes")
-    if cluster > 1:
-        group = f"cluster of {cluster} blocks"
     header = (
-        f"// one {group} per ({y.name}, {x.name}); its lanes share the loops below\n{indent}"
+        f"// one {_group(width, cluster)} per ({y.name}, {x.name}); its lanes share the loops below\n{indent}"
         f"const int {warp} = {number};\n{indent}{lanes}"
     )
     edits.append((first.start_byte, first.start_byte, header))
@@ -519,6 +511,13 @@ def owner_edits(
     value = _initialiser(declarations[y.name])
     edits.append((value.start_byte, value.end_byte, f"{warp} / {x.count}"))
     return edits
+
+
+def _group(width: int, cluster: int) -> str:
+    """What shares an output, as the descriptions and comments name it."""
+    if cluster > 1:
+        return f"cluster of {cluster} blocks"
+    return {32: "warp", BLOCK: "block"}.get(width, f"group of {width} lanes")
 
 
 def _initialiser(declaration: Node) -> Node:
